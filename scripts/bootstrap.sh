@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install the Debian packages sbx needs to build, test and benchmark.
+# Idempotent: packages already present are not reinstalled, and apt's lists
+# are refreshed only when something is missing.
+set -euo pipefail
+
+packages=(
+  # build
+  gcc meson ninja-build pkg-config libc6-dev
+  libseccomp-dev            # seccomp filter is compiled at build time
+  # tests
+  libcmocka-dev python3 python3-pytest
+  # benchmarks (peers run side by side)
+  bubblewrap hyperfine util-linux
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "bootstrap: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "bootstrap: all packages present"

@@ -1,0 +1,194 @@
+/* sbx-init - PID 1 of every sandbox.
+ *
+ * Statically linked and bind-mounted read-only at /.sbx/init.  It is the
+ * only process in the sandbox's `init` cgroup, outside the workload's
+ * memory and pids limits, so a fork bomb or an OOM in user code does not
+ * reach it.  It:
+ *   - reads commands (EXEC frames) from the control socket and starts them
+ *     as the requested user with no privileges (spawn.c);
+ *   - reaps every orphan that is re-parented to it;
+ *   - forwards signals from the outside to the main command;
+ *   - tells the outside how each command ended (EXIT frames);
+ *   - ends the sandbox when the main command ends, or when the outside
+ *     goes away (control socket EOF).
+ *
+ * usage (by libsbx only): sbx-init CONTROL_FD WORK_CGROUP_FDS */
+#define _GNU_SOURCE
+#include "spawn.h"
+#include "../lib/control.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_CG_FDS 8
+
+static int ctl = -1;
+static int work_fds[MAX_CG_FDS + 1] = { -1 };
+static pid_t main_pid = 0;
+
+/* Signals the outside may send to PID 1 to reach the main command. */
+static const int forwarded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT };
+
+static int parse_args(int argc, char **argv)
+{
+    if (argc != 3)
+        return -1;
+    ctl = atoi(argv[1]);
+    int n = 0;
+    for (char *p = argv[2]; *p && n < MAX_CG_FDS;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 3)
+            return -1;
+        work_fds[n++] = (int) v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    work_fds[n] = -1;
+    if (ctl < 3)
+        return -1;
+    /* keep our descriptors out of every command we start */
+    fcntl(ctl, F_SETFD, FD_CLOEXEC);
+    for (int i = 0; i < n; i++)
+        fcntl(work_fds[i], F_SETFD, FD_CLOEXEC);
+    return 0;
+}
+
+static void send_exit(pid_t pid, int status)
+{
+    sbx_buf b = { 0 };
+    sbx_buf_put_u32(&b, (uint32_t) pid);
+    sbx_buf_put_u32(&b, (uint32_t) (WIFEXITED(status) ? WEXITSTATUS(status) : 0));
+    sbx_buf_put_u32(&b, (uint32_t) (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
+    sbx_ctl_send(ctl, SBX_MSG_EXIT, b.data, b.len);
+    sbx_buf_free(&b);
+}
+
+static void send_exec_failed(int e, int stage, const char *argv0, const char *cwd)
+{
+    char msg[512];
+    if (stage == SBX_SPAWN_EXEC && e == ENOENT)
+        snprintf(msg, sizeof msg, "%s: command not found", argv0);
+    else if (stage == SBX_SPAWN_EXEC)
+        snprintf(msg, sizeof msg, "%s: cannot execute: %s", argv0, strerror(e));
+    else if (stage == SBX_SPAWN_CWD)
+        snprintf(msg, sizeof msg, "cannot enter working directory %s: %s", cwd, strerror(e));
+    else
+        snprintf(msg, sizeof msg, "cannot start %s: %s", argv0, strerror(e));
+    sbx_buf b = { 0 };
+    sbx_buf_put_u32(&b, (uint32_t) e);
+    sbx_buf_put_u32(&b, (uint32_t) stage);
+    sbx_buf_put_str(&b, msg);
+    sbx_ctl_send(ctl, SBX_MSG_EXEC_FAILED, b.data, b.len);
+    sbx_buf_free(&b);
+}
+
+/* Returns 1 to keep running, 0 when the sandbox should end. */
+static int handle_frame(void)
+{
+    uint32_t type;
+    uint8_t *payload = NULL;
+    size_t len;
+    int r = sbx_ctl_recv(ctl, &type, &payload, &len);
+    if (r <= 0)
+        return 0; /* the outside is gone (or spoke garbage): end the sandbox */
+    int keep = 1;
+    if (type == SBX_MSG_EXEC) {
+        sbx_exec_req req;
+        if (sbx_exec_req_decode(payload, len, &req) < 0) {
+            keep = 0;
+        } else {
+            int stage = 0;
+            pid_t pid = sbx_spawn(&req, work_fds, &stage);
+            if (pid < 0) {
+                send_exec_failed((int) -pid, stage, req.argv[0], req.cwd);
+                if (req.flags & SBX_EXEC_MAIN)
+                    keep = 0;
+            } else {
+                if (req.flags & SBX_EXEC_MAIN)
+                    main_pid = pid;
+                uint32_t p = (uint32_t) pid;
+                sbx_ctl_send(ctl, SBX_MSG_STARTED, &p, sizeof p);
+            }
+            free(req.argv);
+            free(req.envp);
+        }
+    } else if (type == SBX_MSG_SIGNAL && len == sizeof(uint32_t)) {
+        uint32_t sig;
+        memcpy(&sig, payload, sizeof sig);
+        if (main_pid > 0 && sig > 0 && sig < (uint32_t) NSIG)
+            kill(main_pid, (int) sig);
+    } else {
+        keep = 0; /* protocol violation */
+    }
+    free(payload);
+    return keep;
+}
+
+int main(int argc, char **argv)
+{
+    /* Non-dumpable: user code running as the same uid can neither ptrace
+     * us nor open /proc/1/fd/ (our control socket and cgroup fds). */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (parse_args(argc, argv) < 0) {
+        fprintf(stderr, "sbx-init: internal tool, started by sbx only\n");
+        return 125;
+    }
+    /* A new session: nothing in the sandbox shares the caller's terminal
+     * session or can become its controlling process. */
+    setsid();
+
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof forwarded / sizeof *forwarded; i++)
+        sigaddset(&mask, forwarded[i]);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+    if (sfd < 0)
+        return 125;
+
+    struct pollfd pfd[2] = { { ctl, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+    for (;;) {
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return 125;
+        }
+        if (pfd[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t) sizeof si) {
+                if (si.ssi_signo == SIGCHLD)
+                    break;
+                /* Only signals from outside the sandbox (sender pid 0 in
+                 * our pid namespace) are forwarded; a process inside
+                 * signalling PID 1 is ignored. */
+                if (si.ssi_pid == 0 && main_pid > 0)
+                    kill(main_pid, (int) si.ssi_signo);
+                break;
+            }
+            /* Reap everything: commands and re-parented orphans alike. */
+            int status;
+            pid_t pid;
+            while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+                if (pid == main_pid) {
+                    send_exit(pid, status);
+                    /* Returning kills every remaining process of the sandbox. */
+                    return 0;
+                }
+            }
+        }
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            if (!handle_frame())
+                return 0;
+        }
+    }
+}

@@ -1,0 +1,83 @@
+/* cgroup.h - resource limits for a sandbox on cgroup v2, v1 and hybrid hosts.
+ *
+ * Layout, nested under the caller's own cgroup in each hierarchy used:
+ *
+ *     <own>/sbx-<id>/          the sandbox; its cgroup namespace root
+ *     <own>/sbx-<id>/init      sbx-init only: outside the workload's limits,
+ *                              so a fork bomb or an OOM in the workload
+ *                              cannot take PID 1 down with it
+ *     <own>/sbx-<id>/work      every user process; memory, CPU, pids limits
+ *
+ * Processes join by writing "0" to cgroup.procs through file descriptors
+ * opened here, by the privileged outside.  The kernel checks migration
+ * permission against the credentials the file was opened with, so sbx-init
+ * can place commands in `work` from inside its user namespace without ever
+ * being able to open a cgroup file itself. */
+#ifndef SBX_CGROUP_H
+#define SBX_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+#define SBX_CG_MAX_HIER 4
+
+typedef enum { SBX_CG_V1 = 1, SBX_CG_V2 = 2 } sbx_cg_mode;
+
+typedef struct sbx_cg_limits {
+    uint64_t memory_bytes;
+    uint32_t millicpus;
+    uint32_t pids;
+} sbx_cg_limits;
+
+typedef struct sbx_cgroup {
+    sbx_cg_mode mode;
+    int n;                         /* hierarchies in use (v2: 1) */
+    char *dir[SBX_CG_MAX_HIER];    /* absolute path of <own>/sbx-<id> */
+    char *ctrl[SBX_CG_MAX_HIER];   /* v1 controller of each hierarchy ("memory"...) */
+    int init_procs[SBX_CG_MAX_HIER + 1]; /* cgroup.procs fds, -1 terminated */
+    int work_procs[SBX_CG_MAX_HIER + 1];
+    int memory_index;              /* which dir[] holds the memory controller */
+    uint64_t memory_limit;
+} sbx_cgroup;
+
+/* Where the cgroups of this host live, found once per process. */
+typedef struct sbx_cg_host {
+    sbx_cg_mode mode;
+    int n;
+    char *base[SBX_CG_MAX_HIER]; /* the caller's own cgroup directory, per hierarchy */
+    char *ctrl[SBX_CG_MAX_HIER];
+} sbx_cg_host;
+
+/* Inspect /proc/self/mountinfo and /proc/self/cgroup.  `parent_override`
+ * (SBX_CGROUP_PARENT) names a cgroup path to nest under instead of our own. */
+int sbx_cg_host_detect(sbx_cg_host *host, const char *parent_override, sbx_error *err);
+
+/* Pure parsing step of detection, for unit tests: given the two files'
+ * contents, fill host (v1 if memory, cpu and pids are all on v1
+ * hierarchies, else v2 if a cgroup2 mount exists). */
+int sbx_cg_host_parse(sbx_cg_host *host, const char *mountinfo, const char *proc_cgroup,
+                      const char *parent_override, sbx_error *err);
+void sbx_cg_host_free(sbx_cg_host *host);
+
+/* Create <own>/sbx-<id>/{init,work}, set the limits on work, open the
+ * cgroup.procs fds (close-on-exec cleared: they travel into the sandbox). */
+int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id,
+                      const sbx_cg_limits *limits, sbx_error *err);
+
+/* Move the calling process into the cgroups whose cgroup.procs fds are given
+ * (-1 terminated).  Async-signal-safe: used between clone and exec. */
+int sbx_cgroup_join_fds(const int *fds);
+
+/* Close this process's copies of the procs fds. */
+void sbx_cgroup_close_fds(sbx_cgroup *cg);
+
+/* Number of OOM kills in the workload so far (0 if unknown). */
+uint64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg);
+
+/* Kill whatever is left, wait for the cgroups to empty, remove them. */
+int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_error *err);
+
+#endif

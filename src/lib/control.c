@@ -1,0 +1,217 @@
+/* control.c - framing and field codecs for the control protocol. */
+#include "control.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct frame_header {
+    uint32_t type;
+    uint32_t len;
+};
+
+static void buf_put(sbx_buf *b, const void *data, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n > SBX_CTL_MAX_FRAME) {
+        b->failed = true;
+        return;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *d = realloc(b->data, cap);
+        if (!d) {
+            b->failed = true;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+}
+
+void sbx_buf_put_u32(sbx_buf *b, uint32_t v)
+{
+    buf_put(b, &v, sizeof v);
+}
+
+void sbx_buf_put_str(sbx_buf *b, const char *s)
+{
+    buf_put(b, s, strlen(s) + 1);
+}
+
+void sbx_buf_free(sbx_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+uint32_t sbx_read_u32(sbx_reader *r)
+{
+    uint32_t v;
+    if (r->bad || (size_t) (r->end - r->p) < sizeof v) {
+        r->bad = true;
+        return 0;
+    }
+    memcpy(&v, r->p, sizeof v);
+    r->p += sizeof v;
+    return v;
+}
+
+const char *sbx_read_str(sbx_reader *r)
+{
+    if (r->bad)
+        return "";
+    const uint8_t *nul = memchr(r->p, '\0', (size_t) (r->end - r->p));
+    if (!nul) {
+        r->bad = true;
+        return "";
+    }
+    const char *s = (const char *) r->p;
+    r->p = nul + 1;
+    return s;
+}
+
+static int write_all(int fd, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t) w;
+    }
+    return 0;
+}
+
+/* Returns bytes read (== n), 0 on EOF before any byte, -EPROTO on EOF mid-way. */
+static ssize_t read_all(int fd, void *data, size_t n)
+{
+    uint8_t *p = data;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return got == 0 ? 0 : -EPROTO;
+        got += (size_t) r;
+    }
+    return (ssize_t) got;
+}
+
+int sbx_ctl_send(int fd, uint32_t type, const void *payload, size_t len)
+{
+    if (len > SBX_CTL_MAX_FRAME)
+        return -E2BIG;
+    /* One write for header and payload when small keeps frames atomic for the
+     * common case and saves a syscall. */
+    uint8_t small[256];
+    struct frame_header h = { type, (uint32_t) len };
+    if (len <= sizeof small - sizeof h) {
+        memcpy(small, &h, sizeof h);
+        if (len)
+            memcpy(small + sizeof h, payload, len);
+        return write_all(fd, small, sizeof h + len);
+    }
+    int r = write_all(fd, &h, sizeof h);
+    if (r < 0)
+        return r;
+    return write_all(fd, payload, len);
+}
+
+int sbx_ctl_recv(int fd, uint32_t *type, uint8_t **payload, size_t *len)
+{
+    struct frame_header h;
+    ssize_t r = read_all(fd, &h, sizeof h);
+    if (r <= 0)
+        return (int) r;
+    if (h.len > SBX_CTL_MAX_FRAME)
+        return -EPROTO;
+    uint8_t *data = malloc((size_t) h.len + 1);
+    if (!data)
+        return -ENOMEM;
+    if (h.len) {
+        r = read_all(fd, data, h.len);
+        if (r <= 0) {
+            free(data);
+            return r == 0 ? -EPROTO : (int) r;
+        }
+    }
+    data[h.len] = '\0';
+    *type = h.type;
+    *payload = data;
+    *len = h.len;
+    return 1;
+}
+
+void sbx_exec_req_encode(sbx_buf *b, uint32_t uid, uint32_t gid, uint32_t flags, const char *cwd,
+                         char *const *argv, char *const *envp)
+{
+    uint32_t argc = 0, envc = 0;
+    while (argv[argc])
+        argc++;
+    while (envp && envp[envc])
+        envc++;
+    sbx_buf_put_u32(b, uid);
+    sbx_buf_put_u32(b, gid);
+    sbx_buf_put_u32(b, flags);
+    sbx_buf_put_str(b, cwd);
+    sbx_buf_put_u32(b, argc);
+    for (uint32_t i = 0; i < argc; i++)
+        sbx_buf_put_str(b, argv[i]);
+    sbx_buf_put_u32(b, envc);
+    for (uint32_t i = 0; i < envc; i++)
+        sbx_buf_put_str(b, envp[i]);
+}
+
+static const char **read_strv(sbx_reader *r, uint32_t *count)
+{
+    uint32_t n = sbx_read_u32(r);
+    /* each string needs at least its NUL: a count larger than the remaining
+     * bytes is a lie, refuse it before allocating */
+    if (r->bad || n > SBX_EXEC_MAX_ARGS || n > (size_t) (r->end - r->p)) {
+        r->bad = true;
+        return NULL;
+    }
+    const char **v = calloc((size_t) n + 1, sizeof *v);
+    if (!v) {
+        r->bad = true;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = sbx_read_str(r);
+    *count = n;
+    return v;
+}
+
+int sbx_exec_req_decode(const uint8_t *payload, size_t len, sbx_exec_req *req)
+{
+    sbx_reader r = { payload, payload + len, false };
+    memset(req, 0, sizeof *req);
+    req->uid = sbx_read_u32(&r);
+    req->gid = sbx_read_u32(&r);
+    req->flags = sbx_read_u32(&r);
+    req->cwd = sbx_read_str(&r);
+    req->argv = read_strv(&r, &req->argc);
+    req->envp = read_strv(&r, &req->envc);
+    if (r.bad || req->argc == 0 || req->cwd[0] != '/' || r.p != r.end) {
+        free(req->argv);
+        free(req->envp);
+        req->argv = req->envp = NULL;
+        return -EPROTO;
+    }
+    return 0;
+}

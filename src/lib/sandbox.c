@@ -1,0 +1,235 @@
+/* sandbox.c - see sandbox.h for the sequence. */
+#define _GNU_SOURCE
+#include "sandbox.h"
+#include "cleanup.h"
+#include "control.h"
+#include "mount.h"
+#include "netdev.h"
+#include "reaper.h"
+#include "userns.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int sbx_find_init(char *out, size_t len, sbx_error *err)
+{
+    const char *env = getenv("SBX_INIT");
+    if (env && *env) {
+        if (access(env, X_OK) < 0)
+            return sbx_error_set(err, errno, "SBX_INIT=%s", env);
+        snprintf(out, len, "%s", env);
+        return 0;
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n < 0)
+        return sbx_error_set(err, errno, "readlink /proc/self/exe");
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    static const char *const rel[] = { "/sbx-init", "/../libexec/sbx/sbx-init", "/src/init/sbx-init" };
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        snprintf(out, len, "%s%s", self, rel[i]);
+        if (access(out, X_OK) == 0)
+            return 0;
+    }
+    return sbx_error_set(err, 0, "sbx-init not found next to %s or in ../libexec/sbx (set SBX_INIT)", self);
+}
+
+struct child_args {
+    const sbx_spec *spec;
+    const sbx_template *tpl;
+    const char *init_path;
+    int ctl;                 /* child's end of the control socket */
+    const int *init_procs;   /* cgroup.procs fds of <sbx>/init */
+    const int *work_procs;   /* cgroup.procs fds of <sbx>/work, passed to init */
+};
+
+/* Report a setup failure to the parent and exit.  The parent prints it. */
+static _Noreturn void child_fail(int ctl, const sbx_error *err)
+{
+    sbx_buf b = { 0 };
+    sbx_buf_put_u32(&b, (uint32_t) err->errno_);
+    sbx_buf_put_u32(&b, 0); /* stage 0: building the sandbox */
+    sbx_buf_put_str(&b, err->msg);
+    if (!b.failed)
+        sbx_ctl_send(ctl, SBX_MSG_EXEC_FAILED, b.data, b.len);
+    _exit(125);
+}
+
+/* The sandbox's first process: PID 1 of the new pid namespace, root of the
+ * new user namespace.  Never returns. */
+static _Noreturn void child_main(const struct child_args *a)
+{
+    sbx_error err = { 0 };
+    const sbx_spec *spec = a->spec;
+
+    /* If `sbx run` dies, so does the sandbox (and with PID 1 the whole pid
+     * namespace).  A parent that died before this line closed the control
+     * socket, which the read below notices. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+
+    /* Leave the caller's cgroup for <sbx>/init before anything else. */
+    int r = sbx_cgroup_join_fds(a->init_procs);
+    if (r < 0) {
+        sbx_error_set(&err, -r, "join the sandbox cgroup");
+        child_fail(a->ctl, &err);
+    }
+
+    /* Wait for the parent to write our uid/gid maps. */
+    uint32_t type;
+    uint8_t *payload = NULL;
+    size_t len;
+    r = sbx_ctl_recv(a->ctl, &type, &payload, &len);
+    if (r <= 0 || type != SBX_MSG_GO)
+        _exit(125); /* the parent is gone or failed: nothing to report to */
+    free(payload);
+
+    if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+        sbx_error_set(&err, errno, "become root of the user namespace");
+        child_fail(a->ctl, &err);
+    }
+    /* Rooted at <sbx>/init: the sandbox never sees the host's cgroup paths. */
+    if (unshare(CLONE_NEWCGROUP) < 0) {
+        sbx_error_set(&err, errno, "create the cgroup namespace");
+        child_fail(a->ctl, &err);
+    }
+
+    sbx_rootfs_plan plan = {
+        .lowerdir = a->tpl->rootfs,
+        .tpl_binds = a->tpl->binds,
+        .n_tpl_binds = a->tpl->n_binds,
+        .user_binds = spec->binds,
+        .n_user_binds = spec->n_binds,
+        .init_path = a->init_path,
+        .disk_bytes = spec->disk_bytes,
+        .shm_bytes = spec->shm_bytes,
+        .hostname = spec->hostname,
+    };
+    if (sbx_rootfs_setup(&plan, &err) < 0)
+        child_fail(a->ctl, &err);
+    if (sethostname(spec->hostname, strlen(spec->hostname)) < 0) {
+        sbx_error_set(&err, errno, "set hostname");
+        child_fail(a->ctl, &err);
+    }
+    r = sbx_net_loopback_up();
+    if (r < 0) {
+        sbx_error_set(&err, -r, "bring up loopback");
+        child_fail(a->ctl, &err);
+    }
+
+    /* sbx-init gets the control socket and the work cgroup fds by number. */
+    char ctl_arg[16], fds_arg[64] = "";
+    snprintf(ctl_arg, sizeof ctl_arg, "%d", a->ctl);
+    for (int i = 0; a->work_procs[i] >= 0; i++) {
+        size_t n = strlen(fds_arg);
+        snprintf(fds_arg + n, sizeof fds_arg - n, "%s%d", i ? "," : "", a->work_procs[i]);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    char *const argv[] = { "sbx-init", ctl_arg, fds_arg, NULL };
+    char *const envp[] = { NULL };
+    execve(SBX_INIT_IN_SANDBOX, argv, envp);
+    sbx_error_set(&err, errno, "exec sbx-init");
+    child_fail(a->ctl, &err);
+}
+
+int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template *tpl, const sbx_cg_host *host,
+                      const char *init_path, bool watch, sbx_error *err)
+{
+    memset(sb, 0, sizeof *sb);
+    sb->ctl_fd = -1;
+    sb->reaper_fd = -1;
+
+    sbx_cg_limits limits = { spec->memory_bytes, spec->millicpus, spec->pids };
+    if (sbx_cgroup_create(&sb->cg, host, spec->id, &limits, err) < 0)
+        return sbx_error_wrap(err, "set up cgroups");
+    if (watch && (sb->reaper_fd = sbx_reaper_start(&sb->cg, err)) < 0)
+        goto fail;
+
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        sbx_error_set(err, errno, "socketpair");
+        goto fail;
+    }
+    sb->ctl_fd = sv[0];
+    /* the child's end must survive exec into sbx-init */
+    fcntl(sv[1], F_SETFD, 0);
+
+    struct child_args a = {
+        .spec = spec, .tpl = tpl, .init_path = init_path, .ctl = sv[1],
+        .init_procs = sb->cg.init_procs, .work_procs = sb->cg.work_procs,
+    };
+    /* Raw clone without a new stack behaves like fork() (copy-on-write), so
+     * the child can use everything prepared above. */
+    const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+                                CLONE_NEWUTS | SIGCHLD;
+    pid_t pid = (pid_t) syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
+    if (pid < 0) {
+        int e = errno;
+        close(sv[1]);
+        if (e == EPERM || e == ENOSPC || e == EINVAL)
+            sbx_error_set(err, e,
+                          "create namespaces (user namespaces may be disabled: check "
+                          "/proc/sys/user/max_user_namespaces and kernel.unprivileged_userns_clone)");
+        else
+            sbx_error_set(err, e, "clone");
+        goto fail;
+    }
+    if (pid == 0)
+        child_main(&a);
+    close(sv[1]);
+    sb->init_pid = pid;
+    if (sb->reaper_fd >= 0)
+        sbx_reaper_set_pid(sb->reaper_fd, pid);
+    /* The cgroup fds now live in the child; ours are no longer needed. */
+    sbx_cgroup_close_fds(&sb->cg);
+
+    if (sbx_userns_write_maps(pid, spec->uid_base, err) < 0)
+        goto fail;
+    /* "go": maps are written */
+    int r = sbx_ctl_send(sb->ctl_fd, SBX_MSG_GO, NULL, 0);
+    if (r < 0) {
+        sbx_error_set(err, -r, "start the sandbox");
+        goto fail;
+    }
+    return 0;
+
+fail:
+    sbx_sandbox_destroy(sb, NULL);
+    return -1;
+}
+
+int sbx_sandbox_destroy(sbx_sandbox *sb, sbx_error *err)
+{
+    if (sb->init_pid > 0) {
+        /* PID 1 dying takes every process of its pid namespace with it;
+         * its mount namespace, and with it the writable layer, goes too. */
+        kill(sb->init_pid, SIGKILL);
+        while (waitpid(sb->init_pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        sb->init_pid = 0;
+    }
+    if (sb->ctl_fd >= 0) {
+        close(sb->ctl_fd);
+        sb->ctl_fd = -1;
+    }
+    int r = sbx_cgroup_destroy(&sb->cg, err);
+    sbx_reaper_done(sb->reaper_fd); /* everything is gone: the watcher may go */
+    sb->reaper_fd = -1;
+    return r;
+}
