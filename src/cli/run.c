@@ -365,6 +365,7 @@ static void supervise(sbx_sandbox *sb, int sigfd, uint64_t timeout_ms, struct ou
 
 int sbx_cmd_run(int argc, char **argv)
 {
+
     static struct run_opts o;
     sbx_error err = { 0 };
     sbx_spec_init(&o.spec);
@@ -447,6 +448,7 @@ int sbx_cmd_run(int argc, char **argv)
 
     struct outcome out = { 0 };
     supervise(&sb, sigfd, spec->timeout_ms, &out);
+
     uint64_t ooms = sbx_cgroup_oom_kills(&sb.cg);
     sbx_error derr = { 0 };
     int destroyed = sbx_sandbox_destroy(&sb, &derr);

@@ -1,9 +1,10 @@
 /* sbx-init - PID 1 of every sandbox.
  *
- * Statically linked and bind-mounted read-only at /.sbx/init.  It is the
- * only process in the sandbox's `init` cgroup, outside the workload's
- * memory and pids limits, so a fork bomb or an OOM in user code does not
- * reach it.  It:
+ * Statically linked and bind-mounted read-only at /.sbx/init.  It starts in
+ * the sandbox's `work` cgroup, so the main command it forks is born there
+ * (no slow migration), and then moves itself to the `init` cgroup, outside
+ * the workload's memory and pids limits: a fork bomb or an OOM in user code
+ * does not reach it.  It:
  *   - reads commands (EXEC frames) from the control socket and starts them
  *     as the requested user with no privileges (spawn.c);
  *   - reaps every orphan that is re-parented to it;
@@ -12,7 +13,7 @@
  *   - ends the sandbox when the main command ends, or when the outside
  *     goes away (control socket EOF).
  *
- * usage (by libsbx only): sbx-init CONTROL_FD WORK_CGROUP_FDS */
+ * usage (by libsbx only): sbx-init CONTROL_FD */
 #define _GNU_SOURCE
 #include "spawn.h"
 #include "../lib/control.h"
@@ -29,10 +30,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_CG_FDS 8
-
 static int ctl = -1;
-static int work_fds[MAX_CG_FDS + 1] = { -1 };
+static int init_fds[SBX_CTL_MAX_FDS + 1] = { -1 };
 static pid_t main_pid = 0;
 
 /* Signals the outside may send to PID 1 to reach the main command. */
@@ -40,26 +39,28 @@ static const int forwarded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGU
 
 static int parse_args(int argc, char **argv)
 {
-    if (argc != 3)
+    if (argc != 2)
         return -1;
     ctl = atoi(argv[1]);
-    int n = 0;
-    for (char *p = argv[2]; *p && n < MAX_CG_FDS;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 3)
-            return -1;
-        work_fds[n++] = (int) v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    work_fds[n] = -1;
     if (ctl < 3)
         return -1;
-    /* keep our descriptors out of every command we start */
+    /* keep the control socket out of every command we start */
     fcntl(ctl, F_SETFD, FD_CLOEXEC);
-    for (int i = 0; i < n; i++)
-        fcntl(work_fds[i], F_SETFD, FD_CLOEXEC);
     return 0;
+}
+
+/* The main command runs: step out of its cgroup into <sbx>/init, by
+ * writing "0" (ourselves) to each hierarchy's cgroup.procs fd. */
+static void leave_work_cgroup(void)
+{
+    for (int i = 0; init_fds[i] >= 0; i++) {
+        ssize_t w;
+        do
+            w = write(init_fds[i], "0", 1);
+        while (w < 0 && errno == EINTR);
+        close(init_fds[i]);
+    }
+    init_fds[0] = -1;
 }
 
 static void send_exit(pid_t pid, int status)
@@ -97,26 +98,35 @@ static int handle_frame(void)
     uint32_t type;
     uint8_t *payload = NULL;
     size_t len;
-    int r = sbx_ctl_recv(ctl, &type, &payload, &len);
+    int fds[SBX_CTL_MAX_FDS], nfds = 0;
+    int r = sbx_ctl_recv_fds(ctl, &type, &payload, &len, fds, &nfds);
     if (r <= 0)
         return 0; /* the outside is gone (or spoke garbage): end the sandbox */
     int keep = 1;
-    if (type == SBX_MSG_EXEC) {
+    if (type == SBX_MSG_CGROUP && init_fds[0] < 0) {
+        for (int i = 0; i < nfds; i++)
+            init_fds[i] = fds[i];
+        init_fds[nfds] = -1;
+        nfds = 0;
+    } else if (type == SBX_MSG_EXEC) {
         sbx_exec_req req;
         if (sbx_exec_req_decode(payload, len, &req) < 0) {
             keep = 0;
         } else {
             int stage = 0;
-            pid_t pid = sbx_spawn(&req, work_fds, &stage);
+
+            pid_t pid = sbx_spawn(&req, &stage);
             if (pid < 0) {
                 send_exec_failed((int) -pid, stage, req.argv[0], req.cwd);
                 if (req.flags & SBX_EXEC_MAIN)
                     keep = 0;
             } else {
-                if (req.flags & SBX_EXEC_MAIN)
-                    main_pid = pid;
                 uint32_t p = (uint32_t) pid;
                 sbx_ctl_send(ctl, SBX_MSG_STARTED, &p, sizeof p);
+                if (req.flags & SBX_EXEC_MAIN) {
+                    main_pid = pid;
+                    leave_work_cgroup();
+                }
             }
             free(req.argv);
             free(req.envp);
@@ -129,6 +139,8 @@ static int handle_frame(void)
     } else {
         keep = 0; /* protocol violation */
     }
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]); /* descriptors we did not ask for */
     free(payload);
     return keep;
 }
@@ -137,6 +149,7 @@ int main(int argc, char **argv)
 {
     /* Non-dumpable: user code running as the same uid can neither ptrace
      * us nor open /proc/1/fd/ (our control socket and cgroup fds). */
+
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     if (parse_args(argc, argv) < 0) {
         fprintf(stderr, "sbx-init: internal tool, started by sbx only\n");

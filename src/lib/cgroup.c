@@ -3,6 +3,7 @@
 #include "cgroup.h"
 #include "cleanup.h"
 #include "fsutil.h"
+#include "reaper.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -342,7 +343,7 @@ static int set_limits_v2(const char *dir, const sbx_cg_limits *l, sbx_error *err
 }
 
 int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, const sbx_cg_limits *limits,
-                      sbx_error *err)
+                      sbx_reaper *reaper, sbx_error *err)
 {
     memset(cg, 0, sizeof *cg);
     cg->mode = host->mode;
@@ -363,6 +364,7 @@ int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, c
         cg->n = i + 1;
         if (host->ctrl[i] && strcmp(host->ctrl[i], "memory") == 0)
             cg->memory_index = i;
+        sbx_reaper_add_dir(reaper, cg->dir[i]);
         if (mkdir(cg->dir[i], 0755) < 0) {
             sbx_error_set(err, errno, "create cgroup %s", cg->dir[i]);
             cg->n = i; /* not ours to remove */
@@ -372,11 +374,13 @@ int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, c
             goto fail;
         char sub[PATH_MAX];
         snprintf(sub, sizeof sub, "%s/init", cg->dir[i]);
+        sbx_reaper_add_dir(reaper, sub);
         if (mkdir(sub, 0755) < 0) {
             sbx_error_set(err, errno, "create cgroup %s", sub);
             goto fail;
         }
         snprintf(sub, sizeof sub, "%s/work", cg->dir[i]);
+        sbx_reaper_add_dir(reaper, sub);
         if (mkdir(sub, 0755) < 0) {
             sbx_error_set(err, errno, "create cgroup %s", sub);
             goto fail;
@@ -386,7 +390,7 @@ int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, c
         if (r < 0)
             goto fail;
         if ((cg->init_procs[i] = open_procs(cg->dir[i], "init", true, err)) < 0 ||
-            (cg->work_procs[i] = open_procs(cg->dir[i], "work", false, err)) < 0)
+            (cg->work_procs[i] = open_procs(cg->dir[i], "work", true, err)) < 0)
             goto fail;
     }
     return 0;
@@ -398,15 +402,13 @@ fail:
     return -1;
 }
 
-int sbx_cgroup_join_fds(const int *fds)
+int sbx_cgroup_enter_work(const sbx_cgroup *cg, pid_t pid, sbx_error *err)
 {
-    for (int i = 0; fds[i] >= 0; i++) {
-        ssize_t w;
-        do
-            w = write(fds[i], "0", 1);
-        while (w < 0 && errno == EINTR);
-        if (w < 0)
-            return -errno;
+    char buf[16];
+    int n = snprintf(buf, sizeof buf, "%d", (int) pid);
+    for (int i = 0; cg->work_procs[i] >= 0; i++) {
+        if (pwrite(cg->work_procs[i], buf, (size_t) n, 0) < 0)
+            return sbx_error_set(err, errno, "move process %d into %s/work", (int) pid, cg->dir[i]);
     }
     return 0;
 }

@@ -8,11 +8,15 @@
  *                              cannot take PID 1 down with it
  *     <own>/sbx-<id>/work      every user process; memory, CPU, pids limits
  *
- * Processes join by writing "0" to cgroup.procs through file descriptors
- * opened here, by the privileged outside.  The kernel checks migration
- * permission against the credentials the file was opened with, so sbx-init
- * can place commands in `work` from inside its user namespace without ever
- * being able to open a cgroup file itself. */
+ * Moving a task between cgroups is slow on v1 (every write to cgroup.procs
+ * waits for an RCU grace period, ~1 ms each, one per hierarchy), so the
+ * sandbox is arranged to need no migration on the critical path: the
+ * outside moves the sandbox's first process into `work` while that process
+ * builds its root file system; the command inherits `work` by fork; and
+ * sbx-init then moves itself to `init` through cgroup.procs fds opened
+ * here (handed to init over the control socket).  The kernel checks migration permission against the credentials a
+ * file was opened with, so init can do that from inside its user namespace
+ * without ever being able to open a cgroup file itself. */
 #ifndef SBX_CGROUP_H
 #define SBX_CGROUP_H
 
@@ -37,8 +41,8 @@ typedef struct sbx_cgroup {
     int n;                         /* hierarchies in use (v2: 1) */
     char *dir[SBX_CG_MAX_HIER];    /* absolute path of <own>/sbx-<id> */
     char *ctrl[SBX_CG_MAX_HIER];   /* v1 controller of each hierarchy ("memory"...) */
-    int init_procs[SBX_CG_MAX_HIER + 1]; /* cgroup.procs fds, -1 terminated */
-    int work_procs[SBX_CG_MAX_HIER + 1];
+    int init_procs[SBX_CG_MAX_HIER + 1]; /* cgroup.procs fds, -1 terminated; */
+    int work_procs[SBX_CG_MAX_HIER + 1]; /* init's travel into the sandbox */
     int memory_index;              /* which dir[] holds the memory controller */
     uint64_t memory_limit;
 } sbx_cgroup;
@@ -63,13 +67,14 @@ int sbx_cg_host_parse(sbx_cg_host *host, const char *mountinfo, const char *proc
 void sbx_cg_host_free(sbx_cg_host *host);
 
 /* Create <own>/sbx-<id>/{init,work}, set the limits on work, open the
- * cgroup.procs fds (close-on-exec cleared: they travel into the sandbox). */
+ * cgroup.procs fds. */
+struct sbx_reaper;
+/* Each directory is announced to `reaper` (if not NULL) before it is made. */
 int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id,
-                      const sbx_cg_limits *limits, sbx_error *err);
+                      const sbx_cg_limits *limits, struct sbx_reaper *reaper, sbx_error *err);
 
-/* Move the calling process into the cgroups whose cgroup.procs fds are given
- * (-1 terminated).  Async-signal-safe: used between clone and exec. */
-int sbx_cgroup_join_fds(const int *fds);
+/* Move process `pid` (of our pid namespace) into <sbx>/work. */
+int sbx_cgroup_enter_work(const sbx_cgroup *cg, pid_t pid, sbx_error *err);
 
 /* Close this process's copies of the procs fds. */
 void sbx_cgroup_close_fds(sbx_cgroup *cg);

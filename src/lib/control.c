@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 struct frame_header {
@@ -93,13 +94,42 @@ static int write_all(int fd, const void *data, size_t n)
     return 0;
 }
 
-/* Returns bytes read (== n), 0 on EOF before any byte, -EPROTO on EOF mid-way. */
-static ssize_t read_all(int fd, void *data, size_t n)
+/* Take SCM_RIGHTS descriptors out of a received message: keep up to
+ * SBX_CTL_MAX_FDS in fds[] (if given), close the rest. */
+static void take_fds(struct msghdr *m, int *fds, int *nfds)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int *in = (int *) CMSG_DATA(c);
+        for (size_t i = 0; i < n; i++) {
+            if (fds && nfds && *nfds < SBX_CTL_MAX_FDS)
+                fds[(*nfds)++] = in[i];
+            else
+                close(in[i]);
+        }
+    }
+}
+
+/* Returns bytes read (== n), 0 on EOF before any byte, -EPROTO on EOF
+ * mid-way.  Descriptors riding along are handed to take_fds. */
+static ssize_t read_all(int fd, void *data, size_t n, int *fds, int *nfds)
 {
     uint8_t *p = data;
     size_t got = 0;
     while (got < n) {
-        ssize_t r = read(fd, p + got, n - got);
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * SBX_CTL_MAX_FDS)];
+            struct cmsghdr align;
+        } cm;
+        struct iovec iov = { p + got, n - got };
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+        if (r < 0 && errno == ENOTSOCK)
+            r = read(fd, p + got, n - got);
+        else if (r >= 0)
+            take_fds(&m, fds, nfds);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -132,22 +162,66 @@ int sbx_ctl_send(int fd, uint32_t type, const void *payload, size_t len)
     return write_all(fd, payload, len);
 }
 
+int sbx_ctl_send_fds(int fd, uint32_t type, const void *payload, size_t len, const int *fds, int nfds)
+{
+    if (len > 256 || nfds < 1 || nfds > SBX_CTL_MAX_FDS)
+        return -EINVAL;
+    uint8_t buf[sizeof(struct frame_header) + 256];
+    struct frame_header h = { type, (uint32_t) len };
+    memcpy(buf, &h, sizeof h);
+    if (len)
+        memcpy(buf + sizeof h, payload, len);
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * SBX_CTL_MAX_FDS)];
+        struct cmsghdr align;
+    } cm;
+    memset(&cm, 0, sizeof cm);
+    struct iovec iov = { buf, sizeof h + len };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                        .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t) nfds) };
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t) nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t) nfds);
+    ssize_t w;
+    do
+        w = sendmsg(fd, &m, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0)
+        return -errno;
+    /* a stream socket may take a frame in parts; the fds went with the first */
+    if ((size_t) w < sizeof h + len)
+        return write_all(fd, buf + w, sizeof h + len - (size_t) w);
+    return 0;
+}
+
 int sbx_ctl_recv(int fd, uint32_t *type, uint8_t **payload, size_t *len)
 {
+    return sbx_ctl_recv_fds(fd, type, payload, len, NULL, NULL);
+}
+
+int sbx_ctl_recv_fds(int fd, uint32_t *type, uint8_t **payload, size_t *len, int *fds, int *nfds)
+{
     struct frame_header h;
-    ssize_t r = read_all(fd, &h, sizeof h);
+    if (nfds)
+        *nfds = 0;
+    ssize_t r = read_all(fd, &h, sizeof h, fds, nfds);
+    int ret = (int) r;
+    uint8_t *data = NULL;
     if (r <= 0)
-        return (int) r;
+        goto fail;
+    ret = -EPROTO;
     if (h.len > SBX_CTL_MAX_FRAME)
-        return -EPROTO;
-    uint8_t *data = malloc((size_t) h.len + 1);
-    if (!data)
-        return -ENOMEM;
+        goto fail;
+    ret = -ENOMEM;
+    if (!(data = malloc((size_t) h.len + 1)))
+        goto fail;
     if (h.len) {
-        r = read_all(fd, data, h.len);
+        r = read_all(fd, data, h.len, fds, nfds);
         if (r <= 0) {
-            free(data);
-            return r == 0 ? -EPROTO : (int) r;
+            ret = r == 0 ? -EPROTO : (int) r;
+            goto fail;
         }
     }
     data[h.len] = '\0';
@@ -155,6 +229,14 @@ int sbx_ctl_recv(int fd, uint32_t *type, uint8_t **payload, size_t *len)
     *payload = data;
     *len = h.len;
     return 1;
+
+fail:
+    free(data);
+    for (int i = 0; nfds && i < *nfds; i++)
+        close(fds[i]);
+    if (nfds)
+        *nfds = 0;
+    return ret;
 }
 
 void sbx_exec_req_encode(sbx_buf *b, uint32_t uid, uint32_t gid, uint32_t flags, const char *cwd,

@@ -22,6 +22,7 @@ enum sbx_msg_type {
     SBX_MSG_EXIT = 4,        /* init -> out: u32 pid, i32 exit code, i32 signal */
     SBX_MSG_SIGNAL = 5,      /* out -> init: u32 signal for the main command */
     SBX_MSG_GO = 6,          /* out -> first process: uid maps are written, go on */
+    SBX_MSG_CGROUP = 7,      /* out -> init: cgroup.procs fds of <sbx>/init (SCM_RIGHTS) */
 };
 
 /* EXEC flags */
@@ -52,10 +53,20 @@ const char *sbx_read_str(sbx_reader *r);
 /* Send one frame; retries on EINTR and short writes.  Returns 0 or -errno. */
 int sbx_ctl_send(int fd, uint32_t type, const void *payload, size_t len);
 
+/* Send one frame carrying file descriptors (SCM_RIGHTS, at most
+ * SBX_CTL_MAX_FDS). */
+#define SBX_CTL_MAX_FDS 8
+int sbx_ctl_send_fds(int fd, uint32_t type, const void *payload, size_t len, const int *fds, int nfds);
+
 /* Receive one frame into a malloc'ed buffer (*payload, NUL-terminated for
  * convenience).  Returns 1 on a frame, 0 on clean EOF, -errno on error
- * (-EPROTO for an oversized or truncated frame). */
+ * (-EPROTO for an oversized or truncated frame).  Any descriptors that
+ * arrive with it are closed: use sbx_ctl_recv_fds to accept them. */
 int sbx_ctl_recv(int fd, uint32_t *type, uint8_t **payload, size_t *len);
+
+/* Same, keeping up to SBX_CTL_MAX_FDS received descriptors (close-on-exec)
+ * in fds[], their number in *nfds. */
+int sbx_ctl_recv_fds(int fd, uint32_t *type, uint8_t **payload, size_t *len, int *fds, int *nfds);
 
 /* The decoded form of an EXEC frame.  Strings point into the payload. */
 typedef struct sbx_exec_req {

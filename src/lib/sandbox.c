@@ -54,8 +54,6 @@ struct child_args {
     const sbx_template *tpl;
     const char *init_path;
     int ctl;                 /* child's end of the control socket */
-    const int *init_procs;   /* cgroup.procs fds of <sbx>/init */
-    const int *work_procs;   /* cgroup.procs fds of <sbx>/work, passed to init */
 };
 
 /* Report a setup failure to the parent and exit.  The parent prints it. */
@@ -82,18 +80,12 @@ static _Noreturn void child_main(const struct child_args *a)
      * socket, which the read below notices. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
 
-    /* Leave the caller's cgroup for <sbx>/init before anything else. */
-    int r = sbx_cgroup_join_fds(a->init_procs);
-    if (r < 0) {
-        sbx_error_set(&err, -r, "join the sandbox cgroup");
-        child_fail(a->ctl, &err);
-    }
-
-    /* Wait for the parent to write our uid/gid maps. */
+    /* Wait for the parent to write our uid/gid maps.  (It sets up the
+     * cgroups and moves us into <sbx>/work while we build the root.) */
     uint32_t type;
     uint8_t *payload = NULL;
     size_t len;
-    r = sbx_ctl_recv(a->ctl, &type, &payload, &len);
+    int r = sbx_ctl_recv(a->ctl, &type, &payload, &len);
     if (r <= 0 || type != SBX_MSG_GO)
         _exit(125); /* the parent is gone or failed: nothing to report to */
     free(payload);
@@ -102,7 +94,8 @@ static _Noreturn void child_main(const struct child_args *a)
         sbx_error_set(&err, errno, "become root of the user namespace");
         child_fail(a->ctl, &err);
     }
-    /* Rooted at <sbx>/init: the sandbox never sees the host's cgroup paths. */
+    /* sbx-init never shows the host's cgroup paths to anyone; each command
+     * gets its own cgroup namespace rooted at <sbx>/work (spawn.c). */
     if (unshare(CLONE_NEWCGROUP) < 0) {
         sbx_error_set(&err, errno, "create the cgroup namespace");
         child_fail(a->ctl, &err);
@@ -119,8 +112,10 @@ static _Noreturn void child_main(const struct child_args *a)
         .shm_bytes = spec->shm_bytes,
         .hostname = spec->hostname,
     };
+
     if (sbx_rootfs_setup(&plan, &err) < 0)
         child_fail(a->ctl, &err);
+
     if (sethostname(spec->hostname, strlen(spec->hostname)) < 0) {
         sbx_error_set(&err, errno, "set hostname");
         child_fail(a->ctl, &err);
@@ -131,18 +126,14 @@ static _Noreturn void child_main(const struct child_args *a)
         child_fail(a->ctl, &err);
     }
 
-    /* sbx-init gets the control socket and the work cgroup fds by number. */
-    char ctl_arg[16], fds_arg[64] = "";
+    char ctl_arg[16];
     snprintf(ctl_arg, sizeof ctl_arg, "%d", a->ctl);
-    for (int i = 0; a->work_procs[i] >= 0; i++) {
-        size_t n = strlen(fds_arg);
-        snprintf(fds_arg + n, sizeof fds_arg - n, "%s%d", i ? "," : "", a->work_procs[i]);
-    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    char *const argv[] = { "sbx-init", ctl_arg, fds_arg, NULL };
+    char *const argv[] = { "sbx-init", ctl_arg, NULL };
     char *const envp[] = { NULL };
+
     execve(SBX_INIT_IN_SANDBOX, argv, envp);
     sbx_error_set(&err, errno, "exec sbx-init");
     child_fail(a->ctl, &err);
@@ -153,13 +144,9 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
 {
     memset(sb, 0, sizeof *sb);
     sb->ctl_fd = -1;
-    sb->reaper_fd = -1;
-
-    sbx_cg_limits limits = { spec->memory_bytes, spec->millicpus, spec->pids };
-    if (sbx_cgroup_create(&sb->cg, host, spec->id, &limits, err) < 0)
-        return sbx_error_wrap(err, "set up cgroups");
-    if (watch && (sb->reaper_fd = sbx_reaper_start(&sb->cg, err)) < 0)
-        goto fail;
+    sb->reaper.fd = -1;
+    if (watch && sbx_reaper_start(&sb->reaper, err) < 0)
+        return -1;
 
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
@@ -170,14 +157,12 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
     /* the child's end must survive exec into sbx-init */
     fcntl(sv[1], F_SETFD, 0);
 
-    struct child_args a = {
-        .spec = spec, .tpl = tpl, .init_path = init_path, .ctl = sv[1],
-        .init_procs = sb->cg.init_procs, .work_procs = sb->cg.work_procs,
-    };
+    struct child_args a = { .spec = spec, .tpl = tpl, .init_path = init_path, .ctl = sv[1] };
     /* Raw clone without a new stack behaves like fork() (copy-on-write), so
      * the child can use everything prepared above. */
     const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
                                 CLONE_NEWUTS | SIGCHLD;
+
     pid_t pid = (pid_t) syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
     if (pid < 0) {
         int e = errno;
@@ -194,10 +179,7 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
         child_main(&a);
     close(sv[1]);
     sb->init_pid = pid;
-    if (sb->reaper_fd >= 0)
-        sbx_reaper_set_pid(sb->reaper_fd, pid);
-    /* The cgroup fds now live in the child; ours are no longer needed. */
-    sbx_cgroup_close_fds(&sb->cg);
+    sbx_reaper_set_pid(&sb->reaper, pid);
 
     if (sbx_userns_write_maps(pid, spec->uid_base, err) < 0)
         goto fail;
@@ -207,6 +189,26 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
         sbx_error_set(err, -r, "start the sandbox");
         goto fail;
     }
+    /* While the child builds its root: cgroups, then move it into
+     * <sbx>/work, so the command it starts inherits the cgroup with no
+     * second (slow) migration.  The caller sends the command only after
+     * this returns, so it never runs outside its limits. */
+    sbx_cg_limits limits = { spec->memory_bytes, spec->millicpus, spec->pids };
+    if (sbx_cgroup_create(&sb->cg, host, spec->id, &limits, &sb->reaper, err) < 0) {
+        sbx_error_wrap(err, "set up cgroups");
+        goto fail;
+    }
+    if (sbx_cgroup_enter_work(&sb->cg, pid, err) < 0)
+        goto fail;
+    int n = 0;
+    while (sb->cg.init_procs[n] >= 0)
+        n++;
+    r = sbx_ctl_send_fds(sb->ctl_fd, SBX_MSG_CGROUP, NULL, 0, sb->cg.init_procs, n);
+    if (r < 0) {
+        sbx_error_set(err, -r, "hand the init cgroup to sbx-init");
+        goto fail;
+    }
+    sbx_cgroup_close_fds(&sb->cg);
     return 0;
 
 fail:
@@ -228,8 +230,8 @@ int sbx_sandbox_destroy(sbx_sandbox *sb, sbx_error *err)
         close(sb->ctl_fd);
         sb->ctl_fd = -1;
     }
+
     int r = sbx_cgroup_destroy(&sb->cg, err);
-    sbx_reaper_done(sb->reaper_fd); /* everything is gone: the watcher may go */
-    sb->reaper_fd = -1;
+    sbx_reaper_done(&sb->reaper); /* everything is gone: the watcher may go */
     return r;
 }

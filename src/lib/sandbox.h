@@ -1,13 +1,17 @@
 /* sandbox.h - create a sandbox from a spec, and tear it down.
  *
  * sbx_sandbox_start() is the whole isolation core in order:
- *   1. cgroups: <own>/sbx-<id>/{init,work} with the limits (cgroup.c)
- *   2. clone() into new user, pid, mount, net, ipc and uts namespaces
- *   3. parent: uid/gid maps (userns.c); child waits for them
- *   4. child: joins its cgroup, unshares the cgroup namespace, builds and
- *      enters the root file system (mount.c), sets the hostname, brings up
- *      loopback (netdev.c), and execs sbx-init
- *   5. parent: sends the command to sbx-init over the control socket
+ *   1. clone() into new user, pid, mount, net, ipc and uts namespaces
+ *   2. parent: uid/gid maps (userns.c); the child waits for them, then
+ *      unshares the cgroup namespace, builds and enters the root file
+ *      system (mount.c), sets the hostname, brings up loopback (netdev.c),
+ *      and execs sbx-init
+ *   3. parent, meanwhile: cgroups <own>/sbx-<id>/{init,work} with the
+ *      limits (cgroup.c); moves the child into `work`; hands sbx-init the
+ *      `init` cgroup over the control socket
+ *   4. the caller sends the command (an EXEC frame); sbx-init starts it
+ * Steps 2 and 3 overlap: on a 2-core machine that hides the cgroup set-up
+ * (the slowest part on cgroup v1) behind the mounts.
  * The child reports any setup failure on the control socket, so the caller
  * sees one clear error instead of a dead process. */
 #ifndef SBX_SANDBOX_H
@@ -17,6 +21,7 @@
 #include <sys/types.h>
 
 #include "cgroup.h"
+#include "reaper.h"
 #include "error.h"
 #include "spec.h"
 #include "template.h"
@@ -24,7 +29,7 @@
 typedef struct sbx_sandbox {
     pid_t init_pid;  /* host pid of sbx-init; 0 once reaped */
     int ctl_fd;      /* our end of the control socket */
-    int reaper_fd;   /* cleanup watcher (reaper.c), -1 if none */
+    sbx_reaper reaper; /* cleanup watcher, when asked for (fd -1 if none) */
     sbx_cgroup cg;
 } sbx_sandbox;
 
