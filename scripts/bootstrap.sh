@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   # build
   gcc meson ninja-build pkg-config libc6-dev
+  musl-tools                # sbx-init, static and small (glibc static is the fallback)
   libseccomp-dev            # seccomp filter is compiled at build time
   # tests
   libcmocka-dev python3 python3-pytest

@@ -130,6 +130,8 @@ int main(int argc, char **argv)
         fprintf(out, "    { 0x%04x, %u, %u, 0x%08x },\n", prog[i].code, prog[i].jt, prog[i].jf, prog[i].k);
     fprintf(out, "};\n\nconst unsigned short sbx_seccomp_filter_len = %zu;\n", n);
     fclose(out);
+    free(prog);
+    close(fd);
     seccomp_release(ctx);
     return 0;
 }

@@ -183,12 +183,19 @@ int sbx_cg_host_parse(sbx_cg_host *host, const char *mountinfo, const char *proc
         char *dir = join_cgroup_dir(&m, parent_override ? parent_override : own);
         if (!dir)
             break;
-        bool dup = false;
+        int dup = -1;
         for (int j = 0; j < host->n; j++)
             if (strcmp(host->base[j], dir) == 0)
-                dup = true;
-        if (dup) {
+                dup = j;
+        if (dup >= 0) {
+            /* co-mounted controllers share a directory: remember them all,
+             * so every limit is written there ("memory,pids") */
+            char *list = NULL;
             free(dir);
+            if (asprintf(&list, "%s,%s", host->ctrl[dup], v1_controllers[i]) < 0)
+                break;
+            free(host->ctrl[dup]);
+            host->ctrl[dup] = list;
         } else {
             host->base[host->n] = dir;
             host->ctrl[host->n] = strdup(v1_controllers[i]);
@@ -301,11 +308,13 @@ static int open_procs(const char *dir, const char *sub, bool cloexec, sbx_error 
     return fd;
 }
 
-static int set_limits_v1(const char *dir, const char *ctrl, const sbx_cg_limits *l, sbx_error *err)
+/* `ctrls` lists the controllers of this hierarchy that we limit. */
+static int set_limits_v1(const char *dir, const char *ctrls, const sbx_cg_limits *l, sbx_error *err)
 {
     char work[PATH_MAX];
+    size_t cl = strlen(ctrls);
     snprintf(work, sizeof work, "%s/work", dir);
-    if (strcmp(ctrl, "memory") == 0) {
+    if (list_has(ctrls, cl, "memory")) {
         if (write_at(err, work, "memory.limit_in_bytes", "%" PRIu64, l->memory_bytes) < 0)
             return -1;
         /* memsw exists only with swap accounting; where it does, memory plus
@@ -316,11 +325,13 @@ static int set_limits_v1(const char *dir, const char *ctrl, const sbx_cg_limits 
             return -1;
         snprintf(p, sizeof p, "%s/memory.swappiness", work);
         sbx_write_file(p, "0"); /* best effort: refused on some kernels */
-    } else if (strcmp(ctrl, "cpu") == 0) {
+    }
+    if (list_has(ctrls, cl, "cpu")) {
         if (write_at(err, work, "cpu.cfs_period_us", "100000") < 0 ||
             write_at(err, work, "cpu.cfs_quota_us", "%" PRIu32, l->millicpus * 100) < 0)
             return -1;
-    } else if (strcmp(ctrl, "pids") == 0) {
+    }
+    if (list_has(ctrls, cl, "pids")) {
         if (write_at(err, work, "pids.max", "%" PRIu32, l->pids) < 0)
             return -1;
     }
@@ -362,7 +373,7 @@ int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, c
         }
         cg->ctrl[i] = host->ctrl[i] ? strdup(host->ctrl[i]) : NULL;
         cg->n = i + 1;
-        if (host->ctrl[i] && strcmp(host->ctrl[i], "memory") == 0)
+        if (host->ctrl[i] && list_has(host->ctrl[i], strlen(host->ctrl[i]), "memory"))
             cg->memory_index = i;
         sbx_reaper_add_dir(reaper, cg->dir[i]);
         if (mkdir(cg->dir[i], 0755) < 0) {

@@ -40,7 +40,7 @@ typedef struct sbx_cgroup {
     sbx_cg_mode mode;
     int n;                         /* hierarchies in use (v2: 1) */
     char *dir[SBX_CG_MAX_HIER];    /* absolute path of <own>/sbx-<id> */
-    char *ctrl[SBX_CG_MAX_HIER];   /* v1 controller of each hierarchy ("memory"...) */
+    char *ctrl[SBX_CG_MAX_HIER];   /* v1: our controllers in each hierarchy ("memory", "cpu,pids") */
     int init_procs[SBX_CG_MAX_HIER + 1]; /* cgroup.procs fds, -1 terminated; */
     int work_procs[SBX_CG_MAX_HIER + 1]; /* init's travel into the sandbox */
     int memory_index;              /* which dir[] holds the memory controller */
@@ -52,7 +52,7 @@ typedef struct sbx_cg_host {
     sbx_cg_mode mode;
     int n;
     char *base[SBX_CG_MAX_HIER]; /* the caller's own cgroup directory, per hierarchy */
-    char *ctrl[SBX_CG_MAX_HIER];
+    char *ctrl[SBX_CG_MAX_HIER]; /* v1: our controllers in each ("memory", "cpu,pids") */
 } sbx_cg_host;
 
 /* Inspect /proc/self/mountinfo and /proc/self/cgroup.  `parent_override`

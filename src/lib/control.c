@@ -82,7 +82,11 @@ static int write_all(int fd, const void *data, size_t n)
 {
     const uint8_t *p = data;
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
+        /* MSG_NOSIGNAL: a peer that went away is an EPIPE to report, not a
+         * SIGPIPE that kills us. */
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == ENOTSOCK)
+            w = write(fd, p, n);
         if (w < 0) {
             if (errno == EINTR)
                 continue;

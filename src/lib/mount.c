@@ -34,9 +34,15 @@ int sbx_check_sandbox_path(const char *path, const char *what, sbx_error *err)
         return sbx_error_set(err, 0, "%s '%s' must be an absolute path inside the sandbox", what, path ? path : "");
     if (strlen(path) >= PATH_MAX)
         return sbx_error_set(err, 0, "%s is too long", what);
-    for (const char *p = path; *p; p++) {
-        if (p[0] == '/' && p[1] == '.' && p[2] == '.' && (p[3] == '/' || p[3] == '\0'))
-            return sbx_error_set(err, 0, "%s '%s' must not contain '..'", what, path);
+    /* Only plain components: "." and ".." would let "/./.sbx/init" slip
+     * past the reserved-prefix check below. */
+    for (const char *p = path; *p;) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return sbx_error_set(err, 0, "%s '%s' must not contain '.' or '..' components", what, path);
+        p += n;
     }
     static const char *const reserved[] = { "/proc", "/dev", "/.sbx" };
     const char *q = path;
@@ -341,14 +347,9 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_error *err)
             sbx_error_wrap(err, "template mount %s", plan->tpl_binds[i].host);
             goto out;
         }
-    if (attach_tree(rootfd, &trees[t++], SBX_INIT_IN_SANDBOX, err) < 0)
-        goto out;
-    if (write_identity(rootfd, plan->hostname, err) < 0)
-        goto out;
-    if (setup_proc(rootfd, err) < 0)
-        goto out;
-    if (setup_dev(rootfd, plan->shm_bytes, err) < 0)
-        goto out;
+    /* User binds go before sbx's own mounts: even one that reached /.sbx,
+     * /proc or /dev through a symlink would end up underneath them. */
+    size_t init_tree = t++;
     for (size_t i = 0; i < plan->n_user_binds; i++, t++) {
         const sbx_bind *b = &plan->user_binds[i];
         if (attach_tree(rootfd, &trees[t], b->dest, err) < 0) {
@@ -356,6 +357,14 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_error *err)
             goto out;
         }
     }
+    if (attach_tree(rootfd, &trees[init_tree], SBX_INIT_IN_SANDBOX, err) < 0)
+        goto out;
+    if (write_identity(rootfd, plan->hostname, err) < 0)
+        goto out;
+    if (setup_proc(rootfd, err) < 0)
+        goto out;
+    if (setup_dev(rootfd, plan->shm_bytes, err) < 0)
+        goto out;
     ret = 0;
 out:
     for (size_t i = 0; i < k; i++)

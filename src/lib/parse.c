@@ -2,6 +2,7 @@
 #include "parse.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -49,8 +50,9 @@ int sbx_parse_size(const char *s, uint64_t *out, sbx_error *err)
         return sbx_error_set(err, 0, "invalid size '': expected a number with an optional unit such as 512M or 2G");
     int r = parse_decimal(&p, 3, &milli);
     if (r < 0)
-        return sbx_error_set(err, 0, "invalid size '%s': expected a number with an optional unit such as 512M or 2G", s);
+        return sbx_error_set(err, 0, "invalid size '%.64s': expected a number with an optional unit such as 512M or 2G", s);
     uint64_t mult = 1;
+    bool fraction = strchr(s, '.') != NULL;
     switch (toupper((unsigned char) *p)) {
     case 'K': mult = 1ULL << 10; p++; break;
     case 'M': mult = 1ULL << 20; p++; break;
@@ -59,19 +61,21 @@ int sbx_parse_size(const char *s, uint64_t *out, sbx_error *err)
     case 'B': break;
     case '\0': break;
     default:
-        return sbx_error_set(err, 0, "invalid size '%s': unknown unit (use K, M, G or T)", s);
+        return sbx_error_set(err, 0, "invalid size '%.64s': unknown unit (use K, M, G or T)", s);
     }
     if (mult > 1 && *p == 'i')
         p++;
     if (*p == 'B' || *p == 'b')
         p++;
     if (*p)
-        return sbx_error_set(err, 0, "invalid size '%s': unexpected '%s'", s, p);
+        return sbx_error_set(err, 0, "invalid size '%.64s': unexpected '%.64s'", s, p);
+    if (mult == 1 && fraction)
+        return sbx_error_set(err, 0, "invalid size '%.64s': a byte count must be a whole number", s);
     if (milli > UINT64_MAX / mult)
-        return sbx_error_set(err, 0, "invalid size '%s': too large", s);
+        return sbx_error_set(err, 0, "invalid size '%.64s': too large", s);
     uint64_t bytes = milli * mult / 1000;
     if (bytes == 0)
-        return sbx_error_set(err, 0, "invalid size '%s': must be greater than zero", s);
+        return sbx_error_set(err, 0, "invalid size '%.64s': must be greater than zero", s);
     *out = bytes;
     return 0;
 }
@@ -83,9 +87,10 @@ int sbx_parse_duration(const char *s, uint64_t *out_ms, sbx_error *err)
     if (!s || !*s)
         return sbx_error_set(err, 0, "invalid duration '': expected e.g. 30s, 5m, 1h or 250ms");
     while (*p) {
+        const char *component = p;
         uint64_t milli;
         if (parse_decimal(&p, 3, &milli) < 0)
-            return sbx_error_set(err, 0, "invalid duration '%s': expected e.g. 30s, 5m, 1h or 250ms", s);
+            return sbx_error_set(err, 0, "invalid duration '%.64s': expected e.g. 30s, 5m, 1h or 250ms", s);
         uint64_t unit_ms; /* milliseconds per unit; milli is the value x1000 */
         if (strncmp(p, "ms", 2) == 0) {
             unit_ms = 1;
@@ -102,17 +107,19 @@ int sbx_parse_duration(const char *s, uint64_t *out_ms, sbx_error *err)
         } else if (*p == 'd') {
             unit_ms = 86400 * 1000;
             p++;
-        } else if (*p == '\0' && p != s && total == 0) {
-            unit_ms = 1000; /* a bare number means seconds */
+        } else if (*p == '\0' && component == s) {
+            unit_ms = 1000; /* a bare number (the whole string) means seconds */
         } else {
-            return sbx_error_set(err, 0, "invalid duration '%s': unknown unit (use ms, s, m, h or d)", s);
+            return sbx_error_set(err, 0, "invalid duration '%.64s': unknown unit (use ms, s, m, h or d)", s);
         }
-        if (milli > UINT64_MAX / unit_ms / 2)
-            return sbx_error_set(err, 0, "invalid duration '%s': too large", s);
+        /* cap at ~292 million years: far beyond any use, far from overflow */
+        const uint64_t cap = UINT64_MAX / 2000;
+        if (milli > cap / unit_ms || total + milli * unit_ms / 1000 > cap)
+            return sbx_error_set(err, 0, "invalid duration '%.64s': too large", s);
         total += milli * unit_ms / 1000;
     }
     if (total == 0)
-        return sbx_error_set(err, 0, "invalid duration '%s': must be greater than zero", s);
+        return sbx_error_set(err, 0, "invalid duration '%.64s': must be greater than zero", s);
     *out_ms = total;
     return 0;
 }
@@ -122,11 +129,11 @@ int sbx_parse_cpus(const char *s, uint32_t *out, sbx_error *err)
     const char *p = s;
     uint64_t milli;
     if (!s || parse_decimal(&p, 3, &milli) < 0 || *p)
-        return sbx_error_set(err, 0, "invalid CPU count '%s': expected a number such as 1, 2 or 0.5", s ? s : "");
+        return sbx_error_set(err, 0, "invalid CPU count '%.64s': expected a number such as 1, 2 or 0.5", s ? s : "");
     if (milli < 10)
-        return sbx_error_set(err, 0, "invalid CPU count '%s': must be at least 0.01", s);
+        return sbx_error_set(err, 0, "invalid CPU count '%.64s': must be at least 0.01", s);
     if (milli > 1024 * 1000)
-        return sbx_error_set(err, 0, "invalid CPU count '%s': must be at most 1024", s);
+        return sbx_error_set(err, 0, "invalid CPU count '%.64s': must be at most 1024", s);
     *out = (uint32_t) milli;
     return 0;
 }
@@ -138,10 +145,11 @@ int sbx_parse_uint(const char *s, uint64_t max, uint64_t *out, sbx_error *err)
         return sbx_error_set(err, 0, "invalid number '': expected a non-negative integer");
     for (const char *p = s; *p; p++) {
         if (!isdigit((unsigned char) *p))
-            return sbx_error_set(err, 0, "invalid number '%s': expected a non-negative integer", s);
-        if (v > (max - (uint64_t) (*p - '0')) / 10)
-            return sbx_error_set(err, 0, "invalid number '%s': must be at most %" PRIu64, s, max);
-        v = v * 10 + (uint64_t) (*p - '0');
+            return sbx_error_set(err, 0, "invalid number '%.64s': expected a non-negative integer", s);
+        uint64_t d = (uint64_t) (*p - '0');
+        if (v > max / 10 || (v == max / 10 && d > max % 10))
+            return sbx_error_set(err, 0, "invalid number '%.64s': must be at most %" PRIu64, s, max);
+        v = v * 10 + d;
     }
     *out = v;
     return 0;

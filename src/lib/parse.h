@@ -22,7 +22,7 @@ int sbx_parse_cpus(const char *s, uint32_t *out_millicpus, sbx_error *err);
 /* A non-negative decimal integer fitting in `max`. */
 int sbx_parse_uint(const char *s, uint64_t max, uint64_t *out, sbx_error *err);
 
-/* Human-readable size ("512 MiB", "1.5 GiB", "4096 B") into buf. */
+/* Human-readable size ("512 MiB", "1.5 GiB", "100 B") into buf. */
 const char *sbx_format_size(uint64_t bytes, char *buf, size_t len);
 
 /* Human-readable duration ("30s", "5m", "1h30m", "250ms") into buf. */

@@ -26,7 +26,7 @@ struct sbx_reaper_state {
 
 static long sys(long nr, long a, long b, long c)
 {
-    return syscall(nr, a, b, c);
+    return syscall(nr, a, b, c, 0L);
 }
 
 /* Kill every pid listed in dir/cgroup.procs (raw syscalls, no stdio). */
@@ -62,7 +62,7 @@ static int watcher(void *arg)
     struct sbx_reaper_state *st = arg;
     sigset_t all;
     sigfillset(&all);
-    sys(SYS_rt_sigprocmask, SIG_SETMASK, (long) &all, sizeof(long));
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, _NSIG / 8);
     /* Out of the caller's session and process group: a Ctrl-C aimed at
      * `sbx run` must not take the watcher down before it is needed. */
     sys(SYS_setsid, 0, 0, 0);

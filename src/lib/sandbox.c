@@ -54,6 +54,8 @@ struct child_args {
     const sbx_template *tpl;
     const char *init_path;
     int ctl;                 /* child's end of the control socket */
+    int parent_ctl;          /* the parent's end: closed at once in the child */
+    int reaper_fd;           /* the watcher's pipe: likewise (-1 if none) */
 };
 
 /* Report a setup failure to the parent and exit.  The parent prints it. */
@@ -79,6 +81,13 @@ static _Noreturn void child_main(const struct child_args *a)
      * namespace).  A parent that died before this line closed the control
      * socket, which the read below notices. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Our copies of the parent's socket end and of the watcher's pipe would
+     * keep both open: if the parent died before PDEATHSIG was armed, we
+     * would wait for "go" forever, and the watcher for EOF.  Without them,
+     * a dead parent is an EOF on the read below. */
+    close(a->parent_ctl);
+    if (a->reaper_fd >= 0)
+        close(a->reaper_fd);
 
     /* Wait for the parent to write our uid/gid maps.  (It sets up the
      * cgroups and moves us into <sbx>/work while we build the root.) */
@@ -157,7 +166,10 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
     /* the child's end must survive exec into sbx-init */
     fcntl(sv[1], F_SETFD, 0);
 
-    struct child_args a = { .spec = spec, .tpl = tpl, .init_path = init_path, .ctl = sv[1] };
+    struct child_args a = {
+        .spec = spec, .tpl = tpl, .init_path = init_path,
+        .ctl = sv[1], .parent_ctl = sv[0], .reaper_fd = sb->reaper.fd,
+    };
     /* Raw clone without a new stack behaves like fork() (copy-on-write), so
      * the child can use everything prepared above. */
     const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |

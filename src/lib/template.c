@@ -228,7 +228,12 @@ int sbx_passwd_find(const char *passwd, const char *who, sbx_user *out)
                 if (p)
                     *p++ = '\0';
             }
-            if (n == 7 && (numeric ? strcmp(f[2], who) == 0 : strcmp(f[0], who) == 0)) {
+            /* a uid or gid that is not a number in the sandbox's range
+             * makes the line unusable, never "0" */
+            bool ids_ok = n == 7 && *f[2] && *f[3] && strspn(f[2], "0123456789") == strlen(f[2]) &&
+                          strspn(f[3], "0123456789") == strlen(f[3]) && strlen(f[2]) <= 5 && strlen(f[3]) <= 5 &&
+                          strtoul(f[2], NULL, 10) < SBX_UID_COUNT && strtoul(f[3], NULL, 10) < SBX_UID_COUNT;
+            if (ids_ok && (numeric ? strcmp(f[2], who) == 0 : strcmp(f[0], who) == 0)) {
                 out->uid = (uid_t) strtoul(f[2], NULL, 10);
                 out->gid = (gid_t) strtoul(f[3], NULL, 10);
                 snprintf(out->name, sizeof out->name, "%s", f[0]);

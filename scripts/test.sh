@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run): build, unit tests (cmocka),
+# integration tests (pytest driving the real binaries), then the same tests
+# against an ASan+UBSan build.  Needs root.  Ends with one summary line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export LC_ALL=C.UTF-8
+start=$(date +%s)
+failed_steps=()
+total_pass=0 total_fail=0 total_skip=0
+
+step() { echo; echo "=== $* ==="; }
+
+count_meson() { # parse "Ok: N  ... Fail: N" from meson test output
+  local log=$1
+  local ok fail skip
+  ok=$(grep -E '^Ok:' "$log" | awk '{print $2}' | tail -1)
+  fail=$(grep -E '^Fail:' "$log" | awk '{print $2}' | tail -1)
+  skip=$(grep -E '^Skipped:' "$log" | awk '{print $2}' | tail -1)
+  total_pass=$((total_pass + ${ok:-0})); total_fail=$((total_fail + ${fail:-0})); total_skip=$((total_skip + ${skip:-0}))
+}
+
+count_pytest() { # parse "N passed, M failed, K skipped" from pytest's last line
+  local log=$1 line
+  line=$(grep -E '(passed|failed|error)' "$log" | tail -1)
+  local p f e s x
+  p=$(grep -oE '[0-9]+ passed' <<<"$line" | awk '{print $1}')
+  f=$(grep -oE '[0-9]+ failed' <<<"$line" | awk '{print $1}')
+  e=$(grep -oE '[0-9]+ error' <<<"$line" | awk '{print $1}')
+  s=$(grep -oE '[0-9]+ skipped' <<<"$line" | awk '{print $1}')
+  x=$(grep -oE '[0-9]+ xfailed' <<<"$line" | awk '{print $1}')
+  total_pass=$((total_pass + ${p:-0} + ${x:-0})); total_fail=$((total_fail + ${f:-0} + ${e:-0}))
+  total_skip=$((total_skip + ${s:-0}))
+}
+
+run_suite() { # name builddir
+  local name=$1 dir=$2 log
+  step "$name: unit tests"
+  log=$(mktemp)
+  if ! meson test -C "$dir" --suite unit --print-errorlogs 2>&1 | tee "$log"; then failed_steps+=("$name unit"); fi
+  count_meson "$log"; rm -f "$log"
+  step "$name: integration tests"
+  log=$(mktemp)
+  if ! SBX_BIN="$PWD/$dir/sbx" SBX_TEST_HELPER="$PWD/$dir/tests/sbx-test-helper" \
+       /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration 2>&1 | tee "$log"; then
+    failed_steps+=("$name integration")
+  fi
+  count_pytest "$log"; rm -f "$log"
+}
+
+if [[ $(id -u) -ne 0 ]]; then echo "scripts/test.sh: needs root (sbx run creates namespaces and cgroups)"; exit 1; fi
+
+step "bootstrap"
+scripts/bootstrap.sh || { echo "bootstrap failed"; exit 1; }
+
+step "build (gcc -Werror)"
+scripts/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
+run_suite "release" build
+
+step "build (ASan + UBSan)"
+if scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false; then
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  run_suite "asan+ubsan" build-asan
+else
+  failed_steps+=("asan build"); total_fail=$((total_fail + 1))
+fi
+
+echo
+echo "=== summary ($(( $(date +%s) - start ))s) ==="
+if ((${#failed_steps[@]})); then echo "failed steps: ${failed_steps[*]}"; fi
+echo "${total_pass} passed, ${total_fail} failed, ${total_skip} skipped"
+((${#failed_steps[@]} == 0 && total_fail == 0))
