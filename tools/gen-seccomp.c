@@ -98,8 +98,16 @@ int main(int argc, char **argv)
         rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, &a);
         rule(ctx, SCMP_ACT_ERRNO(EPERM), "socketpair", 1, &a);
     }
-    struct scmp_arg_cmp raw = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW);
-    rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, &raw);
+    /* Raw IP only: netlink sockets are SOCK_RAW too, and `ip addr` or
+     * if_nameindex() need them (they see only the sandbox's own netns). */
+    static const int ip_families[] = { AF_INET, AF_INET6 };
+    for (size_t i = 0; i < sizeof ip_families / sizeof *ip_families; i++) {
+        struct scmp_arg_cmp raw[2] = {
+            SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t) ip_families[i]),
+            SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW),
+        };
+        rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 2, raw);
+    }
 
     /* Typing into a terminal that is not ours (TIOCSTI) or console tricks. */
     static const unsigned long bad_ioctls[] = { TIOCSTI, TIOCLINUX };

@@ -1,7 +1,10 @@
 /* sbx - command-line entry point: dispatch to a verb. */
 #include "cli.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #ifndef SBX_VERSION
@@ -20,8 +23,25 @@ static void usage(FILE *out)
                  "`sbx run --help` lists the sandbox options and their defaults.\n");
 }
 
+/* A caller may start us with stdin, stdout or stderr closed.  Our own
+ * descriptors would then take those numbers and the sandbox would inherit
+ * them as its stdio; give any closed one /dev/null first. */
+static void ensure_stdio(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int n = open("/dev/null", O_RDWR);
+            if (n >= 0 && n != fd) {
+                dup2(n, fd);
+                close(n);
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
+    ensure_stdio();
     if (argc < 2) {
         usage(stderr);
         return SBX_EXIT_FAILURE;

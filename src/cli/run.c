@@ -142,8 +142,9 @@ static int parse_options(int argc, char **argv, struct run_opts *o, sbx_error *e
     int c;
     optind = 1;
     opterr = 0;
-    /* "+": stop at the first non-option, so `sbx run ls -l` works too */
-    while ((c = getopt_long(argc, argv, "+e:w:u:h", run_options, NULL)) != -1) {
+    /* "+": stop at the first non-option, so `sbx run ls -l` works too;
+     * ":": report a missing value as ':' rather than '?' */
+    while ((c = getopt_long(argc, argv, "+:e:w:u:h", run_options, NULL)) != -1) {
         uint64_t v;
         switch (c) {
         case OPT_MEMORY:
@@ -221,11 +222,18 @@ static int parse_options(int argc, char **argv, struct run_opts *o, sbx_error *e
             run_usage(stdout);
             exit(0);
         case ':':
+            if (optopt && optopt < 256) {
+                const char *name = "";
+                for (const struct option *lo = run_options; lo->name; lo++)
+                    if (lo->val == optopt)
+                        name = lo->name;
+                return sbx_error_set(err, 0, "option -%c/--%s needs a value (see `sbx run --help`)", optopt, name);
+            }
             return sbx_error_set(err, 0, "option %s needs a value (see `sbx run --help`)", argv[optind - 1]);
         default:
-            if (optopt)
+            if (optopt && optopt < 256)
                 return sbx_error_set(err, 0, "unknown option '-%c' (see `sbx run --help`)", optopt);
-            return sbx_error_set(err, 0, "unknown option '%s' (see `sbx run --help`)", argv[optind - 1]);
+            return sbx_error_set(err, 0, "unknown option '%.64s' (see `sbx run --help`)", argv[optind - 1]);
         }
     }
     if (optind >= argc)
@@ -300,6 +308,7 @@ struct outcome {
     bool exec_failed;
     int exec_stage;
     bool timed_out;
+    int ignored_signal; /* forwarded, not obeyed within STOP_GRACE_MS: we killed */
 };
 
 /* Watch the control socket, signals and the clock until sbx-init ends. */
@@ -307,14 +316,16 @@ static void supervise(sbx_sandbox *sb, int sigfd, uint64_t timeout_ms, struct ou
 {
     uint64_t start = now_ms();
     uint64_t kill_at = timeout_ms ? start + timeout_ms : 0;
-    bool timeout_is_grace = false;
+    uint32_t grace_signal = 0;
     struct pollfd pfd[2] = { { sb->ctl_fd, POLLIN, 0 }, { sigfd, POLLIN, 0 } };
     for (;;) {
         int wait = -1;
         if (kill_at) {
             uint64_t now = now_ms();
             if (now >= kill_at) {
-                if (!timeout_is_grace)
+                if (grace_signal)
+                    out->ignored_signal = (int) grace_signal;
+                else
                     out->timed_out = true;
                 kill(sb->init_pid, SIGKILL);
                 return;
@@ -335,7 +346,7 @@ static void supervise(sbx_sandbox *sb, int sigfd, uint64_t timeout_ms, struct ou
                 uint64_t grace = now_ms() + STOP_GRACE_MS;
                 if (!kill_at || grace < kill_at) {
                     kill_at = grace;
-                    timeout_is_grace = true;
+                    grace_signal = sig;
                 }
             }
         }
@@ -347,7 +358,12 @@ static void supervise(sbx_sandbox *sb, int sigfd, uint64_t timeout_ms, struct ou
             if (r <= 0)
                 return; /* init is gone */
             sbx_reader rd = { payload, payload + len, false };
-            if (type == SBX_MSG_EXIT) {
+            if (type == SBX_MSG_STARTED) {
+                /* sbx-init has left the workload's cgroup */
+                sbx_error e = { 0 };
+                if (sbx_cgroup_init_left(&sb->cg, &e) < 0)
+                    fprintf(stderr, "sbx: warning: %s\n", e.msg);
+            } else if (type == SBX_MSG_EXIT) {
                 sbx_read_u32(&rd); /* pid */
                 out->ex.exit_code = (int) sbx_read_u32(&rd);
                 out->ex.signal = (int) sbx_read_u32(&rd);
@@ -363,9 +379,14 @@ static void supervise(sbx_sandbox *sb, int sigfd, uint64_t timeout_ms, struct ou
     }
 }
 
-int sbx_cmd_run(int argc, char **argv)
-{
+/* What run() allocates, released by sbx_cmd_run on every path. */
+struct run_res {
+    char **env;
+    sbx_cg_host host;
+};
 
+static int run(int argc, char **argv, struct run_res *res)
+{
     static struct run_opts o;
     sbx_error err = { 0 };
     sbx_spec_init(&o.spec);
@@ -405,17 +426,18 @@ int sbx_cmd_run(int argc, char **argv)
     spec->gid = user.gid;
     spec->home = user.home;
     spec->user_name = user.name;
-    if (!spec->cwd)
+    bool cwd_is_default = !spec->cwd;
+    if (cwd_is_default)
         spec->cwd = user.home;
-    char **env = build_env(&o, &err);
+    char **env = res->env = build_env(&o, &err);
     if (!env)
         return fail(&err);
 
     char init_path[PATH_MAX];
     if (sbx_find_init(init_path, sizeof init_path, &err) < 0)
         return fail(&err);
-    sbx_cg_host host;
-    if (sbx_cg_host_detect(&host, getenv("SBX_CGROUP_PARENT"), &err) < 0)
+    sbx_cg_host *host = &res->host;
+    if (sbx_cg_host_detect(host, getenv("SBX_CGROUP_PARENT"), &err) < 0 || sbx_cg_host_prepare(host, &err) < 0)
         return fail(&err);
 
     /* Signals we forward are taken through a signalfd; the sandbox's first
@@ -433,11 +455,12 @@ int sbx_cmd_run(int argc, char **argv)
     }
 
     sbx_sandbox sb;
-    if (sbx_sandbox_start(&sb, spec, &tpl, &host, init_path, true, &err) < 0)
+    if (sbx_sandbox_start(&sb, spec, &tpl, host, init_path, true, &err) < 0)
         return fail(&err);
 
     sbx_buf req = { 0 };
-    sbx_exec_req_encode(&req, spec->uid, spec->gid, SBX_EXEC_MAIN, spec->cwd, spec->argv, env);
+    uint32_t flags = SBX_EXEC_MAIN | (cwd_is_default ? SBX_EXEC_CWD_OPTIONAL : 0);
+    sbx_exec_req_encode(&req, spec->uid, spec->gid, flags, spec->cwd, spec->argv, env);
     if (req.failed) {
         sbx_error_set(&err, E2BIG, "command line and environment");
         sbx_sandbox_destroy(&sb, NULL);
@@ -459,6 +482,11 @@ int sbx_cmd_run(int argc, char **argv)
     if (out.timed_out) {
         fprintf(stderr, "sbx: killed: timeout after %s\n", sbx_format_duration(spec->timeout_ms, buf, sizeof buf));
         return SBX_EXIT_TIMEOUT;
+    }
+    if (out.ignored_signal) {
+        fprintf(stderr, "sbx: killed: the command did not exit within %ds of %s\n", STOP_GRACE_MS / 1000,
+                strsignal(out.ignored_signal));
+        return 128 + SIGKILL;
     }
     if (out.exec_failed) {
         fprintf(stderr, "sbx: %s\n", out.ex.message);
@@ -483,4 +511,14 @@ int sbx_cmd_run(int argc, char **argv)
     if (out.ex.signal)
         return 128 + out.ex.signal;
     return out.ex.exit_code;
+}
+
+int sbx_cmd_run(int argc, char **argv)
+{
+    struct run_res res = { 0 };
+    int status = run(argc, argv, &res);
+    for (char **e = res.env; e && *e; e++)
+        free(*e);
+    sbx_cg_host_free(&res.host);
+    return status;
 }

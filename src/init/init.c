@@ -49,6 +49,15 @@ static int parse_args(int argc, char **argv)
     return 0;
 }
 
+/* Deliver a signal to the main command's process group (it leads one,
+ * see spawn.c), as a terminal does for Ctrl-C: `sh -c 'sleep 100'` stops at
+ * once, not when sh gets around to it. */
+static void forward(uint32_t sig)
+{
+    if (kill(-main_pid, (int) sig) < 0)
+        kill(main_pid, (int) sig);
+}
+
 /* The main command runs: step out of its cgroup into <sbx>/init, by
  * writing "0" (ourselves) to each hierarchy's cgroup.procs fd. */
 static void leave_work_cgroup(void)
@@ -121,12 +130,13 @@ static int handle_frame(void)
                 if (req.flags & SBX_EXEC_MAIN)
                     keep = 0;
             } else {
-                uint32_t p = (uint32_t) pid;
-                sbx_ctl_send(ctl, SBX_MSG_STARTED, &p, sizeof p);
                 if (req.flags & SBX_EXEC_MAIN) {
                     main_pid = pid;
                     leave_work_cgroup();
                 }
+                /* after leaving: the outside tightens the pids limit on it */
+                uint32_t p = (uint32_t) pid;
+                sbx_ctl_send(ctl, SBX_MSG_STARTED, &p, sizeof p);
             }
             free(req.argv);
             free(req.envp);
@@ -135,7 +145,7 @@ static int handle_frame(void)
         uint32_t sig;
         memcpy(&sig, payload, sizeof sig);
         if (main_pid > 0 && sig > 0 && sig < (uint32_t) NSIG)
-            kill(main_pid, (int) sig);
+            forward(sig);
     } else {
         keep = 0; /* protocol violation */
     }
@@ -185,7 +195,7 @@ int main(int argc, char **argv)
                  * our pid namespace) are forwarded; a process inside
                  * signalling PID 1 is ignored. */
                 if (si.ssi_pid == 0 && main_pid > 0)
-                    kill(main_pid, (int) si.ssi_signo);
+                    forward(si.ssi_signo);
                 break;
             }
             /* Reap everything: commands and re-parented orphans alike. */

@@ -47,6 +47,9 @@ static int child(void *arg)
     for (int s = 1; s < NSIG; s++)
         signal(s, SIG_DFL);
 
+    /* Lead a process group, so that forwarded signals reach the whole
+     * command (init.c), as they would from a terminal. */
+    setpgid(0, 0);
     /* We were created in <sbx>/work: root our cgroup view there. */
     if (unshare(CLONE_NEWCGROUP) < 0)
         return fail(c, SBX_SPAWN_SETUP, errno);
@@ -54,8 +57,12 @@ static int child(void *arg)
     int r = sbx_caps_drop_to(req->uid, req->gid);
     if (r < 0)
         return fail(c, SBX_SPAWN_SETUP, -r);
-    if (chdir(req->cwd) < 0)
-        return fail(c, SBX_SPAWN_CWD, errno);
+    if (chdir(req->cwd) < 0) {
+        /* a default working directory (the user's home) that does not
+         * exist, such as nobody's /nonexistent, means "/" */
+        if (!(req->flags & SBX_EXEC_CWD_OPTIONAL) || chdir("/") < 0)
+            return fail(c, SBX_SPAWN_CWD, errno);
+    }
     /* Nothing of init's leaks to user code. */
     syscall(SYS_close_range, 3, ~0U, 0);
     r = sbx_seccomp_load();

@@ -331,8 +331,10 @@ static int set_limits_v1(const char *dir, const char *ctrls, const sbx_cg_limits
             write_at(err, work, "cpu.cfs_quota_us", "%" PRIu32, l->millicpus * 100) < 0)
             return -1;
     }
+    /* +1: sbx-init starts in work and leaves once the command runs;
+     * sbx_cgroup_init_left() then sets the exact limit. */
     if (list_has(ctrls, cl, "pids")) {
-        if (write_at(err, work, "pids.max", "%" PRIu32, l->pids) < 0)
+        if (write_at(err, work, "pids.max", "%" PRIu32, l->pids + 1) < 0)
             return -1;
     }
     return 0;
@@ -348,9 +350,14 @@ static int set_limits_v2(const char *dir, const sbx_cg_limits *l, sbx_error *err
     if (access(p, F_OK) == 0 && write_at(err, work, "memory.swap.max", "0") < 0)
         return -1;
     if (write_at(err, work, "cpu.max", "%" PRIu32 " 100000", l->millicpus * 100) < 0 ||
-        write_at(err, work, "pids.max", "%" PRIu32, l->pids) < 0)
+        write_at(err, work, "pids.max", "%" PRIu32, l->pids + 1) < 0) /* see set_limits_v1 */
         return -1;
     return 0;
+}
+
+int sbx_cg_host_prepare(const sbx_cg_host *host, sbx_error *err)
+{
+    return host->mode == SBX_CG_V2 ? v2_enable_controllers(host->base[0], err) : 0;
 }
 
 int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, const sbx_cg_limits *limits,
@@ -359,12 +366,10 @@ int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, c
     memset(cg, 0, sizeof *cg);
     cg->mode = host->mode;
     cg->memory_limit = limits->memory_bytes;
+    cg->pids = limits->pids;
     cg->memory_index = 0;
     for (int i = 0; i <= SBX_CG_MAX_HIER; i++)
         cg->init_procs[i] = cg->work_procs[i] = -1;
-
-    if (host->mode == SBX_CG_V2 && v2_enable_controllers(host->base[0], err) < 0)
-        return -1;
 
     for (int i = 0; i < host->n; i++) {
         if (asprintf(&cg->dir[i], "%s/sbx-%s", host->base[i], id) < 0) {
@@ -433,6 +438,19 @@ void sbx_cgroup_close_fds(sbx_cgroup *cg)
             close(cg->work_procs[i]);
         cg->init_procs[i] = cg->work_procs[i] = -1;
     }
+}
+
+int sbx_cgroup_init_left(const sbx_cgroup *cg, sbx_error *err)
+{
+    for (int i = 0; i < cg->n; i++) {
+        if (cg->mode == SBX_CG_V1 && !list_has(cg->ctrl[i], strlen(cg->ctrl[i]), "pids"))
+            continue;
+        char work[PATH_MAX];
+        snprintf(work, sizeof work, "%s/work", cg->dir[i]);
+        if (write_at(err, work, "pids.max", "%" PRIu32, cg->pids) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 uint64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg)

@@ -45,6 +45,7 @@ typedef struct sbx_cgroup {
     int work_procs[SBX_CG_MAX_HIER + 1]; /* init's travel into the sandbox */
     int memory_index;              /* which dir[] holds the memory controller */
     uint64_t memory_limit;
+    uint32_t pids;
 } sbx_cgroup;
 
 /* Where the cgroups of this host live, found once per process. */
@@ -66,6 +67,13 @@ int sbx_cg_host_parse(sbx_cg_host *host, const char *mountinfo, const char *proc
                       const char *parent_override, sbx_error *err);
 void sbx_cg_host_free(sbx_cg_host *host);
 
+/* Make the host ready to nest sandboxes.  On v2, enable the memory, cpu and
+ * pids controllers for our cgroup's children, first moving this process
+ * into a leaf "sbx-self" if it is the only one there (v2 allows controllers
+ * only below process-free cgroups).  Call before starting any helper
+ * process, which would share our cgroup.  No-op on v1. */
+int sbx_cg_host_prepare(const sbx_cg_host *host, sbx_error *err);
+
 /* Create <own>/sbx-<id>/{init,work}, set the limits on work, open the
  * cgroup.procs fds. */
 struct sbx_reaper;
@@ -78,6 +86,10 @@ int sbx_cgroup_enter_work(const sbx_cgroup *cg, pid_t pid, sbx_error *err);
 
 /* Close this process's copies of the procs fds. */
 void sbx_cgroup_close_fds(sbx_cgroup *cg);
+
+/* sbx-init has left `work` (it says so with its STARTED frame): the pids
+ * limit, one higher until now to count init, becomes exact. */
+int sbx_cgroup_init_left(const sbx_cgroup *cg, sbx_error *err);
 
 /* Number of OOM kills in the workload so far (0 if unknown). */
 uint64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg);

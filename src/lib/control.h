@@ -26,7 +26,8 @@ enum sbx_msg_type {
 };
 
 /* EXEC flags */
-#define SBX_EXEC_MAIN 1u /* when this command ends, init ends the sandbox */
+#define SBX_EXEC_MAIN 1u         /* when this command ends, init ends the sandbox */
+#define SBX_EXEC_CWD_OPTIONAL 2u /* cwd is a default: fall back to "/" if missing */
 
 /* A growable output buffer. */
 typedef struct sbx_buf {

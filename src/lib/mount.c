@@ -282,7 +282,7 @@ static int write_identity(int rootfd, const char *hostname, sbx_error *err)
 
 #define MAX_TREES 512
 
-int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_error *err)
+int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_rootfs_become_fn become, void *arg, sbx_error *err)
 {
     /* Nothing we mount may propagate back to the host, nor host mounts in. */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -313,6 +313,9 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_error *err)
         }
     }
 
+    if (become(arg, err) < 0)
+        goto out;
+
     /* The writable layer.  Its size is the --disk limit: writes past it get
      * ENOSPC inside and never touch the host's disk.  Inodes are bounded
      * too, one per 8 KiB, so a file-creation storm hits ENOSPC as well. */
@@ -331,9 +334,17 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_error *err)
     }
     char ovl[256];
     snprintf(ovl, sizeof ovl, "lowerdir=/proc/self/fd/%d,upperdir=" STAGING "/upper,workdir=" STAGING "/work", lower);
+    /* userxattr: inside a user namespace overlayfs must keep its metadata
+     * in user.* xattrs (and logs a warning per mount if not told so);
+     * kernels before 5.11 lack the option. */
+    size_t ol = strlen(ovl);
+    snprintf(ovl + ol, sizeof ovl - ol, ",userxattr");
     if (mount("overlay", ROOT, "overlay", MS_NOSUID | MS_NODEV, ovl) < 0) {
-        sbx_error_set(err, errno, "mount the root overlay (template %s)", plan->lowerdir);
-        goto out;
+        ovl[ol] = '\0';
+        if (mount("overlay", ROOT, "overlay", MS_NOSUID | MS_NODEV, ovl) < 0) {
+            sbx_error_set(err, errno, "mount the root overlay (template %s)", plan->lowerdir);
+            goto out;
+        }
     }
 
     rootfd = open(ROOT, O_PATH | O_DIRECTORY | O_CLOEXEC);

@@ -42,8 +42,15 @@ typedef struct sbx_rootfs_plan {
 #define SBX_INIT_IN_SANDBOX "/.sbx/init"
 
 /* Build the root and pivot into it.  Runs in the sandbox's first process,
- * as root of its user namespace, before exec of sbx-init. */
-int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_error *err);
+ * before exec of sbx-init, in two phases:
+ *   1. take hold of every host path (template, bind sources, sbx-init)
+ *      while the process still has the caller's host uid, so a path only
+ *      the caller can read (under /root, say) works;
+ *   2. `become(arg)` switches to the sandbox's root (it waits for the uid
+ *      map and calls setresuid), and everything is built as that user.
+ * `become` returns < 0 with err set to stop. */
+typedef int (*sbx_rootfs_become_fn)(void *arg, sbx_error *err);
+int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_rootfs_become_fn become, void *arg, sbx_error *err);
 
 /* Validate a sandbox-side path for --bind/-w: absolute, no "..", no NUL,
  * not "/" nor under /proc, /dev or /.sbx.  Pure; unit-tested. */

@@ -70,6 +70,29 @@ static _Noreturn void child_fail(int ctl, const sbx_error *err)
     _exit(125);
 }
 
+/* Between the two phases of the root file system set-up (mount.h): host
+ * paths are held; now wait for the parent to write our uid/gid maps (it
+ * sets up the cgroups and moves us into <sbx>/work meanwhile) and become
+ * the sandbox's root. */
+static int become_root(void *arg, sbx_error *err)
+{
+    const struct child_args *a = arg;
+    uint32_t type;
+    uint8_t *payload = NULL;
+    size_t len;
+    int r = sbx_ctl_recv(a->ctl, &type, &payload, &len);
+    free(payload);
+    if (r <= 0 || type != SBX_MSG_GO)
+        _exit(125); /* the parent is gone or failed: nothing to report to */
+    if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+        return sbx_error_set(err, errno, "become root of the user namespace");
+    /* sbx-init never shows the host's cgroup paths to anyone; each command
+     * gets its own cgroup namespace rooted at <sbx>/work (spawn.c). */
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        return sbx_error_set(err, errno, "create the cgroup namespace");
+    return 0;
+}
+
 /* The sandbox's first process: PID 1 of the new pid namespace, root of the
  * new user namespace.  Never returns. */
 static _Noreturn void child_main(const struct child_args *a)
@@ -89,27 +112,6 @@ static _Noreturn void child_main(const struct child_args *a)
     if (a->reaper_fd >= 0)
         close(a->reaper_fd);
 
-    /* Wait for the parent to write our uid/gid maps.  (It sets up the
-     * cgroups and moves us into <sbx>/work while we build the root.) */
-    uint32_t type;
-    uint8_t *payload = NULL;
-    size_t len;
-    int r = sbx_ctl_recv(a->ctl, &type, &payload, &len);
-    if (r <= 0 || type != SBX_MSG_GO)
-        _exit(125); /* the parent is gone or failed: nothing to report to */
-    free(payload);
-
-    if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
-        sbx_error_set(&err, errno, "become root of the user namespace");
-        child_fail(a->ctl, &err);
-    }
-    /* sbx-init never shows the host's cgroup paths to anyone; each command
-     * gets its own cgroup namespace rooted at <sbx>/work (spawn.c). */
-    if (unshare(CLONE_NEWCGROUP) < 0) {
-        sbx_error_set(&err, errno, "create the cgroup namespace");
-        child_fail(a->ctl, &err);
-    }
-
     sbx_rootfs_plan plan = {
         .lowerdir = a->tpl->rootfs,
         .tpl_binds = a->tpl->binds,
@@ -122,21 +124,32 @@ static _Noreturn void child_main(const struct child_args *a)
         .hostname = spec->hostname,
     };
 
-    if (sbx_rootfs_setup(&plan, &err) < 0)
+    if (sbx_rootfs_setup(&plan, become_root, (void *) a, &err) < 0)
         child_fail(a->ctl, &err);
 
     if (sethostname(spec->hostname, strlen(spec->hostname)) < 0) {
         sbx_error_set(&err, errno, "set hostname");
         child_fail(a->ctl, &err);
     }
-    r = sbx_net_loopback_up();
+    int r = sbx_net_loopback_up();
     if (r < 0) {
         sbx_error_set(&err, -r, "bring up loopback");
         child_fail(a->ctl, &err);
     }
 
+    /* PID 1 gets the control socket as fd 3 and nothing else of ours or of
+     * the caller's beyond stdio. */
+    int ctl = a->ctl;
+    if (ctl != 3) {
+        if (dup2(ctl, 3) < 0) {
+            sbx_error_set(&err, errno, "dup2");
+            child_fail(ctl, &err);
+        }
+        ctl = 3;
+    }
+    syscall(SYS_close_range, 4, ~0U, 0);
     char ctl_arg[16];
-    snprintf(ctl_arg, sizeof ctl_arg, "%d", a->ctl);
+    snprintf(ctl_arg, sizeof ctl_arg, "%d", ctl);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -145,7 +158,7 @@ static _Noreturn void child_main(const struct child_args *a)
 
     execve(SBX_INIT_IN_SANDBOX, argv, envp);
     sbx_error_set(&err, errno, "exec sbx-init");
-    child_fail(a->ctl, &err);
+    child_fail(ctl, &err);
 }
 
 int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template *tpl, const sbx_cg_host *host,
