@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 /* Bump when the generated tree changes: older trees are regenerated. */
-#define BASE_VERSION "3"
+#define BASE_VERSION "4"
 
 int sbx_template_name_valid(const char *name)
 {
@@ -43,7 +43,7 @@ static const char profile_txt[] = "export PATH=/usr/local/sbin:/usr/local/bin:/u
 
 /* Host paths the base template shows read-only, if the host has them. */
 static const char *const base_host_paths[] = {
-    "/usr", "/etc/ssl", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ca-certificates",
+    "/usr", "/etc/ssl", "/etc/alternatives", "/etc/ld.so.cache",
 };
 
 struct entry {
@@ -63,7 +63,6 @@ static const struct entry base_tree[] = {
     { "etc", 'd', 0755, 0, NULL },
     { "etc/ssl", 'd', 0755, 0, NULL },
     { "etc/alternatives", 'd', 0755, 0, NULL },
-    { "etc/ca-certificates", 'd', 0755, 0, NULL },
     { "etc/ld.so.cache", 'm', 0644, 0, NULL },
     { "etc/passwd", 'f', 0644, 0, passwd_txt },
     { "etc/group", 'f', 0644, 0, group_txt },
@@ -71,8 +70,8 @@ static const struct entry base_tree[] = {
     { "etc/resolv.conf", 'f', 0644, 0, resolv_txt },
     { "etc/shells", 'f', 0644, 0, shells_txt },
     { "etc/profile", 'f', 0644, 0, profile_txt },
-    { "etc/hosts", 'f', 0644, 0, "127.0.0.1\tlocalhost\n" },
-    { "etc/hostname", 'f', 0644, 0, "sbx\n" },
+    /* etc/hosts and etc/hostname are written per sandbox (mount.c): not
+     * having them here saves a copy-up on every start */
     { "etc/os-release", 'l', 0, 0, "../usr/lib/os-release" },
     { "etc/mtab", 'l', 0, 0, "../proc/self/mounts" },
     { "etc/localtime", 'l', 0, 0, "../usr/share/zoneinfo/Etc/UTC" },
