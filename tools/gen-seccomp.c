@@ -94,7 +94,7 @@ int main(int argc, char **argv)
      * injection, raw IP, the kernel crypto API, VM sockets. */
     static const int bad_families[] = { AF_PACKET, AF_ALG, AF_VSOCK, AF_KEY };
     for (size_t i = 0; i < sizeof bad_families / sizeof *bad_families; i++) {
-        struct scmp_arg_cmp a = SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t) bad_families[i]);
+        struct scmp_arg_cmp a = SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t) bad_families[i], 0);
         rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 1, &a);
         rule(ctx, SCMP_ACT_ERRNO(EPERM), "socketpair", 1, &a);
     }
@@ -103,7 +103,7 @@ int main(int argc, char **argv)
     static const int ip_families[] = { AF_INET, AF_INET6 };
     for (size_t i = 0; i < sizeof ip_families / sizeof *ip_families; i++) {
         struct scmp_arg_cmp raw[2] = {
-            SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t) ip_families[i]),
+            SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t) ip_families[i], 0),
             SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW),
         };
         rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", 2, raw);
