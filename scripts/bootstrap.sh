@@ -11,6 +11,7 @@ packages=(
   libseccomp-dev            # seccomp filter is compiled at build time
   # tests
   libcmocka-dev python3 python3-pytest
+  qemu-system-x86 busybox-static file   # the pure cgroup v2 test runs in a qemu guest
   # benchmarks (peers run side by side)
   bubblewrap hyperfine util-linux
 )

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run): build, unit tests (cmocka),
-# integration tests (pytest driving the real binaries), then the same tests
-# against an ASan+UBSan build.  Needs root.  Ends with one summary line.
+# integration tests (pytest driving the real binaries), the cgroup-v2-only
+# checks in a qemu guest, then unit and integration tests again against an
+# ASan+UBSan build.  Needs root.  Ends with one summary line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C.UTF-8
@@ -56,6 +57,18 @@ scripts/bootstrap.sh || { echo "bootstrap failed"; exit 1; }
 step "build (gcc -Werror)"
 scripts/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
 run_suite "release" build
+
+step "cgroup v2 only: sbx run in a qemu guest (tests/cgroup-v2)"
+log=$(mktemp)
+tests/cgroup-v2/run.sh build 2>&1 | tee "$log"
+v2=$(grep -E '^V2 SUMMARY' "$log" | tail -1)
+if [[ $v2 =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+  total_pass=$((total_pass + BASH_REMATCH[1])); total_fail=$((total_fail + BASH_REMATCH[2]))
+  ((BASH_REMATCH[2] == 0)) || failed_steps+=("cgroup-v2")
+else
+  failed_steps+=("cgroup-v2"); total_fail=$((total_fail + 1))
+fi
+rm -f "$log"
 
 step "build (ASan + UBSan)"
 if scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false; then
