@@ -206,8 +206,12 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
     sb->init_pid = pid;
     sbx_reaper_set_pid(&sb->reaper, pid);
 
-    if (sbx_userns_write_maps(pid, spec->uid_base, err) < 0)
+    if (sbx_userns_write_maps(pid, spec->uid_base, err) < 0) {
+        sbx_error_wrap(err, "map sandbox uids 0-%u to host uids %u-%u (sbx needs the host's root, not root of a "
+                            "user namespace)",
+                       SBX_UID_COUNT - 1, (unsigned) spec->uid_base, (unsigned) spec->uid_base + SBX_UID_COUNT - 1);
         goto fail;
+    }
     /* "go": maps are written */
     int r = sbx_ctl_send(sb->ctl_fd, SBX_MSG_GO, NULL, 0);
     if (r < 0) {

@@ -226,3 +226,25 @@ def test_help_goes_to_stdout_and_succeeds(run):
     assert r.returncode == 0, describe(r)
     assert r.stdout.startswith("usage: sbx run")
     assert r.stderr == ""
+
+
+def test_not_root(sbx_bin, sbx_env):
+    # An ordinary user gets one line saying why, before anything is created.
+    def drop():
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+    r = subprocess.run([sbx_bin, "run", "--", "true"], capture_output=True, env=sbx_env, timeout=30,
+                       preexec_fn=drop)
+    check_error(r, FAILURE, "needs root")
+
+
+def test_user_namespaces_unavailable(sbx_bin, sbx_env):
+    # Inside a user namespace that maps only its own root, sbx is "root" but
+    # cannot map the sandbox's uid range: a clear one-line error, exit 125.
+    r = subprocess.run(["unshare", "--user", "--map-root-user", sbx_bin, "run", "--", "true"],
+                       capture_output=True, env=sbx_env, timeout=30)
+    assert r.returncode == FAILURE, describe(r)
+    err = r.stderr.decode("utf-8", "replace")
+    assert err.startswith("sbx: ") and len(err.splitlines()) == 1, describe(r)
+    assert "host's root" in err, describe(r)
