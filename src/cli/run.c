@@ -365,12 +365,14 @@ static void supervise(sbx_sandbox *sb, int sigfd, uint64_t timeout_ms, struct ou
                     fprintf(stderr, "sbx: warning: %s\n", e.msg);
             } else if (type == SBX_MSG_EXIT) {
                 sbx_read_u32(&rd); /* pid */
-                out->ex.exit_code = (int) sbx_read_u32(&rd);
-                out->ex.signal = (int) sbx_read_u32(&rd);
-                out->exited = !rd.bad;
+                uint32_t code = sbx_read_u32(&rd), sig = sbx_read_u32(&rd);
+                /* from inside the sandbox: only values a wait status can hold */
+                out->exited = !rd.bad && code <= 255 && sig < 65 && !(code && sig);
+                out->ex.exit_code = (int) code;
+                out->ex.signal = (int) sig;
             } else if (type == SBX_MSG_EXEC_FAILED) {
-                out->ex.exec_errno = (int) sbx_read_u32(&rd);
-                out->exec_stage = (int) sbx_read_u32(&rd);
+                out->ex.exec_errno = (int) (sbx_read_u32(&rd) & 0xfff);
+                out->exec_stage = (int) (sbx_read_u32(&rd) & 0xf);
                 snprintf(out->ex.message, sizeof out->ex.message, "%s", sbx_read_str(&rd));
                 out->exec_failed = !rd.bad;
             }

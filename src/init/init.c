@@ -187,17 +187,13 @@ int main(int argc, char **argv)
             return 125;
         }
         if (pfd[1].revents & POLLIN) {
+            /* One signal per wake-up; poll reports the rest.  Only signals
+             * from outside the sandbox (sender pid 0 in our pid namespace)
+             * are forwarded: a process inside signalling PID 1 is ignored. */
             struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == (ssize_t) sizeof si) {
-                if (si.ssi_signo == SIGCHLD)
-                    break;
-                /* Only signals from outside the sandbox (sender pid 0 in
-                 * our pid namespace) are forwarded; a process inside
-                 * signalling PID 1 is ignored. */
-                if (si.ssi_pid == 0 && main_pid > 0)
-                    forward(si.ssi_signo);
-                break;
-            }
+            if (read(sfd, &si, sizeof si) == (ssize_t) sizeof si && si.ssi_signo != SIGCHLD && si.ssi_pid == 0 &&
+                main_pid > 0)
+                forward(si.ssi_signo);
             /* Reap everything: commands and re-parented orphans alike. */
             int status;
             pid_t pid;

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 static const char *const v1_controllers[] = { "memory", "cpu", "pids" };
+/* The same three, as cgroup v2's subtree_control wants them. */
+#define V2_ENABLE "+memory +cpu +pids"
 #define N_V1 (sizeof v1_controllers / sizeof v1_controllers[0])
 
 /* Does the comma-separated list contain `word` as a whole element? */
@@ -268,7 +270,7 @@ static int v2_enable_controllers(const char *parent, sbx_error *err)
             have = false;
     if (have)
         return 0;
-    int r = sbx_write_file(path, "+memory +cpu +pids");
+    int r = sbx_write_file(path, V2_ENABLE);
     if (r == 0)
         return 0;
     if (r != -EBUSY)
@@ -292,7 +294,7 @@ static int v2_enable_controllers(const char *parent, sbx_error *err)
         return sbx_error_set(err, errno, "mkdir %s", leaf);
     if (write_at(err, leaf, "cgroup.procs", "0") < 0)
         return -1;
-    r = sbx_write_file(path, "+memory +cpu +pids");
+    r = sbx_write_file(path, V2_ENABLE);
     if (r < 0)
         return sbx_error_set(err, -r, "enable controllers in %s", path);
     return 0;
@@ -386,7 +388,7 @@ int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, c
             cg->n = i; /* not ours to remove */
             goto fail;
         }
-        if (host->mode == SBX_CG_V2 && write_at(err, cg->dir[i], "cgroup.subtree_control", "+memory +cpu +pids") < 0)
+        if (host->mode == SBX_CG_V2 && write_at(err, cg->dir[i], "cgroup.subtree_control", V2_ENABLE) < 0)
             goto fail;
         char sub[PATH_MAX];
         snprintf(sub, sizeof sub, "%s/init", cg->dir[i]);

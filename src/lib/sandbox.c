@@ -40,7 +40,7 @@ int sbx_find_init(char *out, size_t len, sbx_error *err)
     char *slash = strrchr(self, '/');
     if (slash)
         *slash = '\0';
-    static const char *const rel[] = { "/sbx-init", "/../libexec/sbx/sbx-init", "/src/init/sbx-init" };
+    static const char *const rel[] = { "/sbx-init", "/../libexec/sbx/sbx-init" };
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
         snprintf(out, len, "%s%s", self, rel[i]);
         if (access(out, X_OK) == 0)
