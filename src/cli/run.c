@@ -462,7 +462,7 @@ static int run(int argc, char **argv, struct run_res *res)
 
     sbx_buf req = { 0 };
     uint32_t flags = SBX_EXEC_MAIN | (cwd_is_default ? SBX_EXEC_CWD_OPTIONAL : 0);
-    sbx_exec_req_encode(&req, spec->uid, spec->gid, flags, spec->cwd, spec->argv, env);
+    sbx_exec_req_encode(&req, spec->uid, spec->gid, flags, 0, spec->cwd, spec->argv, env);
     if (req.failed) {
         sbx_error_set(&err, E2BIG, "command line and environment");
         sbx_sandbox_destroy(&sb, NULL);

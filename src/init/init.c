@@ -13,8 +13,12 @@
  *   - ends the sandbox when the main command ends, or when the outside
  *     goes away (control socket EOF).
  *
- * usage (by libsbx only): sbx-init CONTROL_FD */
+ * With a listening socket (sbxd's sandboxes) it serves requests instead,
+ * and outlives its creator: see server.h.
+ *
+ * usage (by libsbx only): sbx-init CONTROL_FD [LISTEN_FD] */
 #define _GNU_SOURCE
+#include "server.h"
 #include "spawn.h"
 #include "../lib/control.h"
 
@@ -37,12 +41,16 @@ static pid_t main_pid = 0;
 /* Signals the outside may send to PID 1 to reach the main command. */
 static const int forwarded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT };
 
+static int listen_fd = -1;
+
 static int parse_args(int argc, char **argv)
 {
-    if (argc != 2)
+    if (argc != 2 && argc != 3)
         return -1;
     ctl = atoi(argv[1]);
     if (ctl < 3)
+        return -1;
+    if (argc == 3 && (listen_fd = atoi(argv[2])) < 3)
         return -1;
     /* keep the control socket out of every command we start */
     fcntl(ctl, F_SETFD, FD_CLOEXEC);
@@ -85,14 +93,7 @@ static void send_exit(pid_t pid, int status)
 static void send_exec_failed(int e, int stage, const char *argv0, const char *cwd)
 {
     char msg[512];
-    if (stage == SBX_SPAWN_EXEC && e == ENOENT)
-        snprintf(msg, sizeof msg, "%s: command not found", argv0);
-    else if (stage == SBX_SPAWN_EXEC)
-        snprintf(msg, sizeof msg, "%s: cannot execute: %s", argv0, strerror(e));
-    else if (stage == SBX_SPAWN_CWD)
-        snprintf(msg, sizeof msg, "cannot enter working directory %s: %s", cwd, strerror(e));
-    else
-        snprintf(msg, sizeof msg, "cannot start %s: %s", argv0, strerror(e));
+    sbx_spawn_message(e, stage, argv0, cwd, msg, sizeof msg);
     sbx_buf b = { 0 };
     sbx_buf_put_u32(&b, (uint32_t) e);
     sbx_buf_put_u32(&b, (uint32_t) stage);
@@ -124,7 +125,7 @@ static int handle_frame(void)
         } else {
             int stage = 0;
 
-            pid_t pid = sbx_spawn(&req, &stage);
+            pid_t pid = sbx_spawn(&req, NULL, 0, &stage);
             if (pid < 0) {
                 send_exec_failed((int) -pid, stage, req.argv[0], req.cwd);
                 if (req.flags & SBX_EXEC_MAIN)
@@ -168,6 +169,32 @@ int main(int argc, char **argv)
     /* A new session: nothing in the sandbox shares the caller's terminal
      * session or can become its controlling process. */
     setsid();
+
+    if (listen_fd >= 0) {
+        /* Daemon mode: first the cgroup.procs fds of `init` then `work`. */
+        uint32_t type;
+        uint8_t *payload = NULL;
+        size_t len;
+        int fds[SBX_CTL_MAX_FDS], nfds = 0;
+        static int ifds[SBX_CTL_MAX_FDS + 1], wfds[SBX_CTL_MAX_FDS + 1];
+        if (sbx_ctl_recv_fds(ctl, &type, &payload, &len, fds, &nfds) <= 0 || type != SBX_MSG_CGROUP ||
+            len != sizeof(uint32_t))
+            return 125;
+        uint32_t n_init;
+        memcpy(&n_init, payload, sizeof n_init);
+        free(payload);
+        if (n_init > (uint32_t) nfds)
+            return 125;
+        int ni = 0, nw = 0;
+        for (int i = 0; i < nfds; i++) {
+            if ((uint32_t) i < n_init)
+                ifds[ni++] = fds[i];
+            else
+                wfds[nw++] = fds[i];
+        }
+        ifds[ni] = wfds[nw] = -1;
+        return sbx_server_run(ctl, listen_fd, ifds, wfds);
+    }
 
     sigset_t mask;
     sigemptyset(&mask);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -24,6 +25,7 @@ static char child_stack[STACK_SIZE] __attribute__((aligned(16)));
 
 struct spawn_ctx {
     const sbx_exec_req *req;
+    const int *stdio;
     volatile int stage, err;
 };
 
@@ -50,6 +52,10 @@ static int child(void *arg)
     /* Lead a process group, so that forwarded signals reach the whole
      * command (init.c), as they would from a terminal. */
     setpgid(0, 0);
+    for (int i = 0; c->stdio && i < 3; i++) {
+        if (c->stdio[i] >= 0 && c->stdio[i] != i && dup2(c->stdio[i], i) < 0)
+            return fail(c, SBX_SPAWN_SETUP, errno);
+    }
     /* We were created in <sbx>/work: root our cgroup view there. */
     if (unshare(CLONE_NEWCGROUP) < 0)
         return fail(c, SBX_SPAWN_SETUP, errno);
@@ -74,18 +80,32 @@ static int child(void *arg)
     return fail(c, SBX_SPAWN_EXEC, errno);
 }
 
-pid_t sbx_spawn(const sbx_exec_req *req, int *stage)
+pid_t sbx_spawn(const sbx_exec_req *req, const int stdio[3], unsigned long clone_flags, int *stage)
 {
-    struct spawn_ctx c = { .req = req, .stage = 0, .err = 0 };
+    struct spawn_ctx c = { .req = req, .stdio = stdio, .stage = 0, .err = 0 };
     char **saved_environ = environ;
-    pid_t pid = clone(child, child_stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+    pid_t pid = clone(child, child_stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD | (int) clone_flags, &c);
     environ = saved_environ;
     if (pid < 0)
         return -errno;
     if (c.stage) {
-        waitpid(pid, NULL, 0);
+        /* with CLONE_PARENT the failed child is our parent's to reap */
+        if (!(clone_flags & CLONE_PARENT))
+            waitpid(pid, NULL, 0);
         *stage = c.stage;
         return c.err > 0 ? -c.err : -EIO;
     }
     return pid;
+}
+
+void sbx_spawn_message(int e, int stage, const char *argv0, const char *cwd, char *msg, size_t len)
+{
+    if (stage == SBX_SPAWN_EXEC && e == ENOENT)
+        snprintf(msg, len, "%s: command not found", argv0);
+    else if (stage == SBX_SPAWN_EXEC)
+        snprintf(msg, len, "%s: cannot execute: %s", argv0, strerror(e));
+    else if (stage == SBX_SPAWN_CWD)
+        snprintf(msg, len, "cannot enter working directory %s: %s", cwd, strerror(e));
+    else
+        snprintf(msg, len, "cannot start %s: %s", argv0, strerror(e));
 }

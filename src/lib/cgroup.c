@@ -234,7 +234,14 @@ int sbx_cg_host_detect(sbx_cg_host *host, const char *parent_override, sbx_error
     _cleanup_free_ char *pc = sbx_read_file_alloc("/proc/self/cgroup", NULL);
     if (!pc)
         return sbx_error_set(err, errno, "read /proc/self/cgroup");
-    return sbx_cg_host_parse(host, mi, pc, parent_override, err);
+    if (sbx_cg_host_parse(host, mi, pc, parent_override, err) < 0)
+        return -1;
+    /* A process that sbx_cg_host_prepare moved into its leaf "sbx-self"
+     * earlier (sbxd before a restart) nests sandboxes where it did then. */
+    size_t bl = host->mode == SBX_CG_V2 && host->base[0] ? strlen(host->base[0]) : 0;
+    if (!parent_override && bl > 9 && strcmp(host->base[0] + bl - 9, "/sbx-self") == 0)
+        host->base[0][bl - 9] = '\0';
+    return 0;
 }
 
 static int write_at(sbx_error *err, const char *dir, const char *file, const char *fmt, ...)
@@ -420,6 +427,91 @@ fail:
     return -1;
 }
 
+int sbx_cgroup_open(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, sbx_error *err)
+{
+    memset(cg, 0, sizeof *cg);
+    cg->mode = host->mode;
+    for (int i = 0; i <= SBX_CG_MAX_HIER; i++)
+        cg->init_procs[i] = cg->work_procs[i] = -1;
+    for (int i = 0; i < host->n; i++) {
+        if (asprintf(&cg->dir[i], "%s/sbx-%s", host->base[i], id) < 0) {
+            cg->dir[i] = NULL;
+            sbx_cgroup_destroy(cg, NULL);
+            return sbx_error_set(err, ENOMEM, "cgroup path");
+        }
+        cg->ctrl[i] = host->ctrl[i] ? strdup(host->ctrl[i]) : NULL;
+        cg->n = i + 1;
+        if (host->ctrl[i] && list_has(host->ctrl[i], strlen(host->ctrl[i]), "memory"))
+            cg->memory_index = i;
+    }
+    return 0;
+}
+
+static uint64_t read_u64_at(const char *dir, const char *file)
+{
+    char path[PATH_MAX], buf[64];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (sbx_read_file(path, buf, sizeof buf) <= 0)
+        return 0;
+    if (strncmp(buf, "max", 3) == 0)
+        return UINT64_MAX;
+    return strtoull(buf, NULL, 10);
+}
+
+/* utime+stime+cutime+cstime of every process listed in dir/cgroup.procs. */
+static double cpu_of(const char *dir, uint32_t *count)
+{
+    static long hz;
+    if (!hz)
+        hz = sysconf(_SC_CLK_TCK);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    _cleanup_free_ char *procs = sbx_read_file_alloc(path, NULL);
+    double total = 0;
+    for (char *save = NULL, *t = procs ? strtok_r(procs, "\n", &save) : NULL; t; t = strtok_r(NULL, "\n", &save)) {
+        char buf[1024];
+        snprintf(path, sizeof path, "/proc/%ld/stat", strtol(t, NULL, 10));
+        ssize_t n = sbx_read_file(path, buf, sizeof buf);
+        if (n <= 0)
+            continue;
+        /* fields after "(comm)": state ppid pgrp session tty tpgid flags
+         * minflt cminflt majflt cmajflt utime stime cutime cstime */
+        const char *rp = strrchr(buf, ')');
+        unsigned long long ut, st, cut, cst;
+        if (!rp || sscanf(rp + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &ut, &st,
+                          &cut, &cst) != 4)
+            continue;
+        total += (double) (ut + st + cut + cst) / (double) hz;
+        if (count)
+            (*count)++;
+    }
+    return total;
+}
+
+int sbx_cgroup_stats(const sbx_cgroup *cg, sbx_cg_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (cg->n == 0)
+        return -ENOENT;
+    char work[PATH_MAX], init[PATH_MAX];
+    const char *mdir = cg->dir[cg->memory_index];
+    snprintf(work, sizeof work, "%s/work", mdir);
+    snprintf(init, sizeof init, "%s/init", mdir);
+    uint32_t n = 0;
+    st->cpu_seconds = cpu_of(work, &n) + cpu_of(init, NULL);
+    if (cg->mode == SBX_CG_V2) {
+        st->memory_bytes = read_u64_at(work, "memory.current");
+        st->memory_peak_bytes = read_u64_at(work, "memory.peak");
+        st->memory_limit_bytes = read_u64_at(work, "memory.max");
+    } else {
+        st->memory_bytes = read_u64_at(work, "memory.usage_in_bytes");
+        st->memory_peak_bytes = read_u64_at(work, "memory.max_usage_in_bytes");
+        st->memory_limit_bytes = read_u64_at(work, "memory.limit_in_bytes");
+    }
+    st->processes = n;
+    return 0;
+}
+
 int sbx_cgroup_enter_work(const sbx_cgroup *cg, pid_t pid, sbx_error *err)
 {
     char buf[16];
@@ -440,6 +532,17 @@ void sbx_cgroup_close_fds(sbx_cgroup *cg)
             close(cg->work_procs[i]);
         cg->init_procs[i] = cg->work_procs[i] = -1;
     }
+}
+
+void sbx_cgroup_release(sbx_cgroup *cg)
+{
+    sbx_cgroup_close_fds(cg);
+    for (int i = 0; i < SBX_CG_MAX_HIER; i++) {
+        free(cg->dir[i]);
+        free(cg->ctrl[i]);
+        cg->dir[i] = cg->ctrl[i] = NULL;
+    }
+    cg->n = 0;
 }
 
 int sbx_cgroup_init_left(const sbx_cgroup *cg, sbx_error *err)

@@ -84,12 +84,31 @@ int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id,
 /* Move process `pid` (of our pid namespace) into <sbx>/work. */
 int sbx_cgroup_enter_work(const sbx_cgroup *cg, pid_t pid, sbx_error *err);
 
+/* Forget cg without touching the cgroups (fds closed, memory freed). */
+void sbx_cgroup_release(sbx_cgroup *cg);
+
 /* Close this process's copies of the procs fds. */
 void sbx_cgroup_close_fds(sbx_cgroup *cg);
 
 /* sbx-init has left `work` (it says so with its STARTED frame): the pids
  * limit, one higher until now to count init, becomes exact. */
 int sbx_cgroup_init_left(const sbx_cgroup *cg, sbx_error *err);
+
+/* Fill cg for an existing sandbox's cgroups (sbxd re-attaching after a
+ * restart): paths only, no descriptors, nothing created. */
+int sbx_cgroup_open(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, sbx_error *err);
+
+typedef struct sbx_cg_stats {
+    double cpu_seconds;        /* every process of the sandbox, living or reaped */
+    uint64_t memory_bytes, memory_peak_bytes, memory_limit_bytes;
+    uint32_t processes;        /* in the workload (work) */
+} sbx_cg_stats;
+/* Resource use, read from the kernel on the host side (never from the
+ * sandbox): memory and pids from the cgroup files; CPU time as the sum of
+ * utime+stime+cutime+cstime over the sandbox's processes, which counts each
+ * exited process once (in its reaper's cutime) and needs no cpuacct
+ * hierarchy on v1. */
+int sbx_cgroup_stats(const sbx_cgroup *cg, sbx_cg_stats *st);
 
 /* Number of OOM kills in the workload so far (0 if unknown). */
 uint64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg);

@@ -41,6 +41,43 @@ void sbx_buf_put_u32(sbx_buf *b, uint32_t v)
     buf_put(b, &v, sizeof v);
 }
 
+void sbx_buf_put_u64(sbx_buf *b, uint64_t v)
+{
+    buf_put(b, &v, sizeof v);
+}
+
+void sbx_buf_put_bytes(sbx_buf *b, const void *data, size_t n)
+{
+    if (n > SBX_CTL_MAX_FRAME) {
+        b->failed = true;
+        return;
+    }
+    sbx_buf_put_u32(b, (uint32_t) n);
+    buf_put(b, data, n);
+}
+
+void sbx_buf_put_raw(sbx_buf *b, const void *data, size_t n)
+{
+    buf_put(b, data, n);
+}
+
+void sbx_buf_put_frame(sbx_buf *b, uint32_t type, const void *payload, size_t n)
+{
+    struct frame_header h = { type, (uint32_t) n };
+    if (n > SBX_CTL_MAX_FRAME) {
+        b->failed = true;
+        return;
+    }
+    buf_put(b, &h, sizeof h);
+    buf_put(b, payload, n);
+}
+
+void sbx_buf_put_error(sbx_buf *b, int errno_, const char *msg)
+{
+    sbx_buf_put_u32(b, (uint32_t) errno_);
+    sbx_buf_put_str(b, msg);
+}
+
 void sbx_buf_put_str(sbx_buf *b, const char *s)
 {
     buf_put(b, s, strlen(s) + 1);
@@ -62,6 +99,105 @@ uint32_t sbx_read_u32(sbx_reader *r)
     memcpy(&v, r->p, sizeof v);
     r->p += sizeof v;
     return v;
+}
+
+uint64_t sbx_read_u64(sbx_reader *r)
+{
+    uint64_t v;
+    if (r->bad || (size_t) (r->end - r->p) < sizeof v) {
+        r->bad = true;
+        return 0;
+    }
+    memcpy(&v, r->p, sizeof v);
+    r->p += sizeof v;
+    return v;
+}
+
+const uint8_t *sbx_read_bytes(sbx_reader *r, size_t *n)
+{
+    uint32_t len = sbx_read_u32(r);
+    if (r->bad || len > (size_t) (r->end - r->p)) {
+        r->bad = true;
+        *n = 0;
+        return (const uint8_t *) "";
+    }
+    const uint8_t *p = r->p;
+    r->p += len;
+    *n = len;
+    return p;
+}
+
+void sbx_entry_encode(sbx_buf *b, const sbx_entry *e)
+{
+    sbx_buf_put_str(b, e->name);
+    sbx_buf_put_str(b, e->path);
+    sbx_buf_put_u32(b, e->type);
+    sbx_buf_put_u64(b, e->size);
+    sbx_buf_put_u32(b, e->mode);
+    sbx_buf_put_u64(b, (uint64_t) e->mtime);
+    sbx_buf_put_u32(b, e->mtime_nsec);
+    sbx_buf_put_str(b, e->target ? e->target : "");
+}
+
+int sbx_entry_decode(sbx_reader *r, sbx_entry *e)
+{
+    e->name = sbx_read_str(r);
+    e->path = sbx_read_str(r);
+    e->type = sbx_read_u32(r);
+    e->size = sbx_read_u64(r);
+    e->mode = sbx_read_u32(r);
+    e->mtime = (int64_t) sbx_read_u64(r);
+    e->mtime_nsec = sbx_read_u32(r);
+    e->target = sbx_read_str(r);
+    if (r->bad || e->type < SBX_FT_FILE || e->type > SBX_FT_OTHER || e->mtime_nsec >= 1000000000u)
+        return -EPROTO;
+    return 0;
+}
+
+void sbx_frame_in_reset(sbx_frame_in *f)
+{
+    free(f->payload);
+    memset(f, 0, sizeof *f);
+}
+
+int sbx_frame_in_read(int fd, sbx_frame_in *f)
+{
+    const uint32_t hl = sizeof f->hdr;
+    for (;;) {
+        uint8_t *dst;
+        size_t want;
+        if (f->got < hl) {
+            dst = f->hdr + f->got;
+            want = hl - f->got;
+        } else {
+            if (!f->payload) {
+                struct frame_header h;
+                memcpy(&h, f->hdr, sizeof h);
+                if (h.len > SBX_CTL_MAX_FRAME)
+                    return -EPROTO;
+                f->type = h.type;
+                f->len = h.len;
+                if (!(f->payload = malloc((size_t) h.len + 1)))
+                    return -ENOMEM;
+                f->payload[h.len] = '\0';
+            }
+            if (f->got - hl == f->len)
+                return 1;
+            dst = f->payload + (f->got - hl);
+            want = f->len - (f->got - hl);
+        }
+        ssize_t r = recv(fd, dst, want, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            return -errno;
+        }
+        if (r == 0)
+            return f->got == 0 ? -ESHUTDOWN : -EPROTO;
+        f->got += (uint32_t) r;
+    }
 }
 
 const char *sbx_read_str(sbx_reader *r)
@@ -243,8 +379,8 @@ fail:
     return ret;
 }
 
-void sbx_exec_req_encode(sbx_buf *b, uint32_t uid, uint32_t gid, uint32_t flags, const char *cwd,
-                         char *const *argv, char *const *envp)
+void sbx_exec_req_encode(sbx_buf *b, uint32_t uid, uint32_t gid, uint32_t flags, uint32_t timeout_s,
+                         const char *cwd, char *const *argv, char *const *envp)
 {
     uint32_t argc = 0, envc = 0;
     while (argv[argc])
@@ -254,6 +390,7 @@ void sbx_exec_req_encode(sbx_buf *b, uint32_t uid, uint32_t gid, uint32_t flags,
     sbx_buf_put_u32(b, uid);
     sbx_buf_put_u32(b, gid);
     sbx_buf_put_u32(b, flags);
+    sbx_buf_put_u32(b, timeout_s);
     sbx_buf_put_str(b, cwd);
     sbx_buf_put_u32(b, argc);
     for (uint32_t i = 0; i < argc; i++)
@@ -290,6 +427,7 @@ int sbx_exec_req_decode(const uint8_t *payload, size_t len, sbx_exec_req *req)
     req->uid = sbx_read_u32(&r);
     req->gid = sbx_read_u32(&r);
     req->flags = sbx_read_u32(&r);
+    req->timeout_s = sbx_read_u32(&r);
     req->cwd = sbx_read_str(&r);
     req->argv = read_strv(&r, &req->argc);
     req->envp = read_strv(&r, &req->envc);

@@ -102,8 +102,9 @@ static _Noreturn void child_main(const struct child_args *a)
 
     /* If `sbx run` dies, so does the sandbox (and with PID 1 the whole pid
      * namespace).  A parent that died before this line closed the control
-     * socket, which the read below notices. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+     * socket, which the read below notices.  sbxd's sandboxes outlive it. */
+    if (spec->listen_fd < 0)
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
     /* Our copies of the parent's socket end and of the watcher's pipe would
      * keep both open: if the parent died before PDEATHSIG was armed, we
      * would wait for "go" forever, and the watcher for EOF.  Without them,
@@ -137,23 +138,34 @@ static _Noreturn void child_main(const struct child_args *a)
         child_fail(a->ctl, &err);
     }
 
-    /* PID 1 gets the control socket as fd 3 and nothing else of ours or of
-     * the caller's beyond stdio. */
-    int ctl = a->ctl;
-    if (ctl != 3) {
-        if (dup2(ctl, 3) < 0) {
-            sbx_error_set(&err, errno, "dup2");
-            child_fail(ctl, &err);
-        }
-        ctl = 3;
+    /* PID 1 gets the control socket as fd 3 (and in daemon mode the
+     * listening socket as fd 4) and nothing else of ours or of the caller's
+     * beyond stdio.  Both are first moved above 4 so that neither dup2
+     * overwrites the other. */
+    int ctl = fcntl(a->ctl, F_DUPFD, 10);
+    int lfd = spec->listen_fd >= 0 ? fcntl(spec->listen_fd, F_DUPFD, 10) : -1;
+    if (ctl < 0 || (spec->listen_fd >= 0 && lfd < 0) || dup2(ctl, 3) < 0 || (lfd >= 0 && dup2(lfd, 4) < 0)) {
+        sbx_error_set(&err, errno, "dup2");
+        child_fail(a->ctl, &err);
     }
-    syscall(SYS_close_range, 4, ~0U, 0);
+    ctl = 3;
+    syscall(SYS_close_range, lfd >= 0 ? 5 : 4, ~0U, 0);
+    if (spec->listen_fd >= 0) {
+        /* sbxd owns the terminal and logs; the sandbox writes to neither */
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+            dup2(null, 2);
+            close(null);
+        }
+    }
     char ctl_arg[16];
     snprintf(ctl_arg, sizeof ctl_arg, "%d", ctl);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    char *const argv[] = { "sbx-init", ctl_arg, NULL };
+    char *const argv[] = { "sbx-init", ctl_arg, lfd >= 0 ? "4" : NULL, NULL };
     char *const envp[] = { NULL };
 
     execve(SBX_INIT_IN_SANDBOX, argv, envp);
@@ -229,10 +241,17 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
     }
     if (sbx_cgroup_enter_work(&sb->cg, pid, err) < 0)
         goto fail;
-    int n = 0;
-    while (sb->cg.init_procs[n] >= 0)
+    int fds[2 * SBX_CG_MAX_HIER], n = 0;
+    while (sb->cg.init_procs[n] >= 0) {
+        fds[n] = sb->cg.init_procs[n];
         n++;
-    r = sbx_ctl_send_fds(sb->ctl_fd, SBX_MSG_CGROUP, NULL, 0, sb->cg.init_procs, n);
+    }
+    /* In daemon mode sbx-init also gets `work`, to put a new spawner
+     * (init.c) back there should the old one die. */
+    uint32_t n_init = (uint32_t) n;
+    for (int i = 0; spec->listen_fd >= 0 && sb->cg.work_procs[i] >= 0; i++)
+        fds[n++] = sb->cg.work_procs[i];
+    r = sbx_ctl_send_fds(sb->ctl_fd, SBX_MSG_CGROUP, &n_init, spec->listen_fd >= 0 ? sizeof n_init : 0, fds, n);
     if (r < 0) {
         sbx_error_set(err, -r, "hand the init cgroup to sbx-init");
         goto fail;

@@ -17,4 +17,5 @@ void sbx_spec_init(sbx_spec *spec)
     spec->template_name = SBX_DEFAULT_TEMPLATE;
     spec->sbx_home = SBX_DEFAULT_HOME;
     spec->uid_base = SBX_DEFAULT_UID_BASE;
+    spec->listen_fd = -1;
 }

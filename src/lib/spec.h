@@ -60,6 +60,11 @@ typedef struct sbx_spec {
     size_t n_binds;
 
     uid_t uid_base;
+
+    /* Daemon mode (sbxd): a listening unix socket sbx-init serves requests
+     * on (its fd 4), -1 for `sbx run`.  The sandbox then outlives its
+     * creator: no parent-death signal, no end on control-socket EOF. */
+    int listen_fd;
 } sbx_spec;
 
 void sbx_spec_init(sbx_spec *spec);

@@ -112,7 +112,8 @@ static void put_header(sbx_buf *b, const char *cwd)
 {
     sbx_buf_put_u32(b, 1000);
     sbx_buf_put_u32(b, 1000);
-    sbx_buf_put_u32(b, 0);
+    sbx_buf_put_u32(b, 0); /* flags */
+    sbx_buf_put_u32(b, 0); /* timeout */
     sbx_buf_put_str(b, cwd);
 }
 
@@ -268,7 +269,7 @@ static void round_trip(uint32_t uid, uint32_t gid, uint32_t flags, const char *c
         envc++;
 
     sbx_buf b = { 0 };
-    sbx_exec_req_encode(&b, uid, gid, flags, cwd, argv, envp);
+    sbx_exec_req_encode(&b, uid, gid, flags, 0, cwd, argv, envp);
     assert_false(b.failed);
     size_t len = b.len;
     uint8_t *copy = dup_exact(b.data, len);
@@ -382,7 +383,7 @@ static void test_exec_encode_too_large(void **state)
     big[n] = '\0';
     char *argv[] = { "echo", big, NULL };
     sbx_buf b = { 0 };
-    sbx_exec_req_encode(&b, 0, 0, 0, "/", argv, NULL);
+    sbx_exec_req_encode(&b, 0, 0, 0, 0, "/", argv, NULL);
     assert_true(b.failed);
     assert_true(b.len <= SBX_CTL_MAX_FRAME);
     sbx_buf_free(&b);
@@ -396,7 +397,7 @@ static void test_decode_rejects_every_truncation(void **state)
     char *argv[] = { "python3", "-c", "", "print('\xc3\xa9')", NULL };
     char *envp[] = { "A=1", "", "HOME=/home/user", NULL };
     sbx_buf b = { 0 };
-    sbx_exec_req_encode(&b, 1000, 1000, SBX_EXEC_MAIN, "/home/user", argv, envp);
+    sbx_exec_req_encode(&b, 1000, 1000, SBX_EXEC_MAIN, 0, "/home/user", argv, envp);
     assert_false(b.failed);
 
     sbx_exec_req req;
@@ -425,7 +426,7 @@ static void test_decode_rejects_argc_zero(void **state)
     char *argv[] = { NULL };
     char *envp[] = { "A=1", NULL };
     sbx_buf b = { 0 };
-    sbx_exec_req_encode(&b, 0, 0, 0, "/", argv, envp);
+    sbx_exec_req_encode(&b, 0, 0, 0, 0, "/", argv, envp);
     assert_false(b.failed);
     expect_decode_rejects(b.data, b.len);
     sbx_buf_free(&b);
@@ -438,7 +439,7 @@ static void test_decode_rejects_relative_cwd(void **state)
     static const char *const bad_cwds[] = { "work", "", "./work", " /work" };
     for (size_t i = 0; i < sizeof bad_cwds / sizeof bad_cwds[0]; i++) {
         sbx_buf b = { 0 };
-        sbx_exec_req_encode(&b, 0, 0, 0, bad_cwds[i], argv, NULL);
+        sbx_exec_req_encode(&b, 0, 0, 0, 0, bad_cwds[i], argv, NULL);
         assert_false(b.failed);
         expect_decode_rejects(b.data, b.len);
         sbx_buf_free(&b);
@@ -453,7 +454,7 @@ static void test_decode_rejects_trailing_garbage(void **state)
     static const size_t extra[] = { 1, 3, 4, 100 };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
         sbx_buf b = { 0 };
-        sbx_exec_req_encode(&b, 0, 0, 0, "/", argv, envp);
+        sbx_exec_req_encode(&b, 0, 0, 0, 0, "/", argv, envp);
         for (size_t k = 0; k < extra[i]; k++)
             sbx_buf_put_str(&b, ""); /* one NUL byte */
         assert_false(b.failed);
@@ -511,7 +512,7 @@ static void test_decode_rejects_strings_without_nul(void **state)
     /* the last env string lacks its NUL */
     char *argv[] = { "sh", NULL };
     char *envp[] = { "A=1", "B=2", NULL };
-    sbx_exec_req_encode(&b, 0, 0, 0, "/", argv, envp);
+    sbx_exec_req_encode(&b, 0, 0, 0, 0, "/", argv, envp);
     assert_int_equal(b.data[b.len - 1], 0);
     expect_decode_rejects(b.data, b.len - 1);
     /* replace that NUL by a byte: same length, no terminator */

@@ -1,0 +1,44 @@
+/* api.h - the REST resources, one file each (api_<resource>.c); the
+ * routes binding them to methods and paths are in http.c. */
+#ifndef SBX_DAEMON_API_H
+#define SBX_DAEMON_API_H
+
+#include "http.h"
+
+/* api_sandboxes.c */
+void sbx_api_sandbox_create(sbx_req *r);
+void sbx_api_sandbox_list(sbx_req *r);
+void sbx_api_sandbox_get(sbx_req *r);
+void sbx_api_sandbox_delete(sbx_req *r);
+void sbx_api_sandbox_timeout(sbx_req *r);
+void sbx_api_sandbox_metrics(sbx_req *r);
+
+/* api_commands.c */
+void sbx_api_cmd_run(sbx_req *r);
+void sbx_api_cmd_list(sbx_req *r);
+void sbx_api_cmd_stream(sbx_req *r);
+void sbx_api_cmd_stdin_begin(sbx_req *r);
+void sbx_api_cmd_stdin_data(sbx_req *r, const char *data, size_t len);
+void sbx_api_cmd_stdin(sbx_req *r);
+void sbx_api_cmd_stdin_close(sbx_req *r);
+void sbx_api_cmd_signal(sbx_req *r);
+void sbx_api_cmd_kill(sbx_req *r);
+
+/* api_files.c */
+void sbx_api_file_put_begin(sbx_req *r);
+void sbx_api_file_put_data(sbx_req *r, const char *data, size_t len);
+void sbx_api_file_put(sbx_req *r);
+void sbx_api_file_get(sbx_req *r);
+void sbx_api_file_delete(sbx_req *r);
+void sbx_api_file_list(sbx_req *r);
+void sbx_api_file_stat(sbx_req *r);
+void sbx_api_file_mkdir(sbx_req *r);
+void sbx_api_file_move(sbx_req *r);
+
+/* api_system.c */
+void sbx_api_health(sbx_req *r);
+void sbx_api_usage(sbx_req *r);
+void sbx_api_openapi(sbx_req *r);
+void sbx_api_prometheus(sbx_req *r);
+
+#endif

@@ -1,0 +1,300 @@
+/* api_sandboxes.c - /v1/sandboxes: create, list, inspect, delete, extend,
+ * metrics. */
+#define _GNU_SOURCE
+#include "agent.h"
+#include "api.h"
+#include "auth.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_TIMEOUT_S (8 * 3600)
+#define DEFAULT_TIMEOUT_S 900
+
+static json_t *time_or_null(int64_t ms)
+{
+    if (!ms)
+        return json_null();
+    char buf[40];
+    sbx_format_time(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+static json_t *box_json(const sbx_box_row *b)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(b->id));
+    json_object_set_new(o, "template", json_string(b->template_name));
+    json_object_set_new(o, "state", json_string(b->state));
+    json_object_set_new(o, "created_at", time_or_null(b->created_at));
+    json_object_set_new(o, "expires_at", time_or_null(b->expires_at));
+    json_object_set_new(o, "ended_at", time_or_null(b->ended_at));
+    json_object_set_new(o, "end_reason", b->end_reason[0] ? json_string(b->end_reason) : json_null());
+    json_object_set_new(o, "timeout_s", json_integer(b->timeout_s));
+    json_object_set(o, "metadata", b->metadata);
+    json_object_set(o, "envs", b->envs);
+    json_object_set_new(o, "cpus", json_real(b->millicpus / 1000.0));
+    json_object_set_new(o, "memory_mb", json_integer((json_int_t) b->memory_mb));
+    json_object_set_new(o, "disk_mb", json_integer((json_int_t) b->disk_mb));
+    json_object_set_new(o, "pids", json_integer(b->pids));
+    return o;
+}
+
+static uint64_t host_memory_mb(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (uint64_t) pages * (uint64_t) size >> 20 : 1024;
+}
+
+void sbx_api_sandbox_create(sbx_req *r)
+{
+    static const char *const fields[] = { "template", "timeout_s", "metadata", "envs", "cpus",
+                                          "memory_mb", "disk_mb",   "pids",     NULL };
+    json_t *j = sbx_req_json(r);
+    if (!j)
+        return;
+    const char *tpl = SBX_DEFAULT_TEMPLATE;
+    int64_t timeout = DEFAULT_TIMEOUT_S, memory = SBX_DEFAULT_MEMORY >> 20, disk = SBX_DEFAULT_DISK >> 20,
+            pids = SBX_DEFAULT_PIDS;
+    double cpus = SBX_DEFAULT_MILLICPUS / 1000.0;
+    json_t *metadata = NULL, *envs = NULL;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sbx_json_only(r, j, fields) < 0 || sbx_json_string(r, j, "template", &tpl) < 0 ||
+        sbx_json_int(r, j, "timeout_s", 1, MAX_TIMEOUT_S, &timeout) < 0 ||
+        sbx_json_strmap(r, j, "metadata", &metadata) < 0 || sbx_json_strmap(r, j, "envs", &envs) < 0 ||
+        sbx_json_number(r, j, "cpus", 0.01, ncpu > 0 ? (double) ncpu : 1, &cpus) < 0 ||
+        sbx_json_int(r, j, "memory_mb", 16, (int64_t) host_memory_mb(), &memory) < 0 ||
+        sbx_json_int(r, j, "disk_mb", 1, 1 << 20, &disk) < 0 || sbx_json_int(r, j, "pids", 8, 65536, &pids) < 0)
+        goto out;
+    if (metadata && json_object_size(metadata) > 64) {
+        sbx_reply_error(r, 400, "invalid_request", "at most 64 metadata entries");
+        goto out;
+    }
+    if (envs) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(envs, k, v)
+        {
+            if (strchr(k, '=')) {
+                sbx_reply_error(r, 400, "invalid_request", "env name '%s' contains '='", k);
+                goto out;
+            }
+        }
+    }
+    if (!sbx_template_name_valid(tpl)) {
+        sbx_reply_error(r, 400, "invalid_request", "bad template name '%s'", tpl);
+        goto out;
+    }
+    sbx_template t;
+    sbx_error err = { 0 };
+    if (sbx_template_open(&t, r->d->reg.home, tpl, r->d->reg.uid_base, &err) < 0) {
+        if (err.errno_ == ENOENT)
+            sbx_reply_error(r, 400, "invalid_request", "unknown template '%s'", tpl);
+        else
+            sbx_reply_sbx_error(r, &err);
+        goto out;
+    }
+    if (sbx_reg_count(&r->d->reg, r->key.id) >= r->d->max_sandboxes) {
+        sbx_reply_error(r, 429, "quota_exceeded", "this key has %u running sandboxes, the most allowed (sbxd "
+                                                  "--max-sandboxes)",
+                        r->d->max_sandboxes);
+        goto out;
+    }
+
+    sbx_box_row row = { 0 };
+    sbx_random_hex(row.id, SBX_ID_LEN / 2);
+    snprintf(row.key_id, sizeof row.key_id, "%s", r->key.id);
+    snprintf(row.template_name, sizeof row.template_name, "%s", tpl);
+    snprintf(row.state, sizeof row.state, "running");
+    row.created_at = sbx_now_wall_ms();
+    row.timeout_s = timeout;
+    row.expires_at = row.created_at + timeout * 1000;
+    row.metadata = metadata ? json_incref(metadata) : json_object();
+    row.envs = envs ? json_incref(envs) : json_object();
+    row.millicpus = (uint32_t) (cpus * 1000 + 0.5);
+    row.memory_mb = (uint64_t) memory;
+    row.disk_mb = (uint64_t) disk;
+    row.pids = (uint32_t) pids;
+    if (sbx_reg_create(&r->d->reg, &row, &err) < 0) {
+        sbx_log("error", "event=create_failed error=\"%s\"", err.msg);
+        sbx_reply_error(r, err.errno_ == EAGAIN || err.errno_ == ENOMEM ? 503 : 500,
+                        err.errno_ == EAGAIN || err.errno_ == ENOMEM ? "unavailable" : "internal",
+                        "cannot create the sandbox: %s", err.msg);
+        sbx_box_row_free(&row);
+        goto out;
+    }
+    __atomic_add_fetch(&r->d->created, 1, __ATOMIC_RELAXED);
+    sbx_log("info", "event=created sandbox=%s key=%s template=%s", row.id, r->key.name, tpl);
+    sbx_reply_json(r, 201, box_json(&row));
+    sbx_box_row_free(&row);
+out:
+    json_decref(j);
+}
+
+struct list_filter {
+    sbx_req *r;
+    const char *state;
+    json_t *metadata; /* KEY -> VALUE all of which must match */
+    bool bad;
+};
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void) kind;
+    struct list_filter *f = cls;
+    if (strcmp(key, "state") == 0) {
+        f->state = value ? value : "";
+    } else if (strncmp(key, "metadata.", 9) == 0 && key[9]) {
+        json_object_set_new(f->metadata, key + 9, json_string(value ? value : ""));
+    } else {
+        sbx_reply_error(f->r, 400, "invalid_request", "unknown query parameter '%s' (use state= or metadata.KEY=)",
+                        key);
+        f->bad = true;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+static bool valid_state(const char *s)
+{
+    static const char *const states[] = { "running", "deleted", "expired", "unhealthy", "failed", "all", NULL };
+    for (size_t i = 0; states[i]; i++)
+        if (strcmp(s, states[i]) == 0)
+            return true;
+    return false;
+}
+
+void sbx_api_sandbox_list(sbx_req *r)
+{
+    struct list_filter f = { r, "running", json_object(), false };
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &f);
+    if (f.bad)
+        goto out;
+    if (!valid_state(f.state)) {
+        sbx_reply_error(r, 400, "invalid_request", "unknown state '%s'", f.state);
+        goto out;
+    }
+    sbx_box_row *rows;
+    size_t n;
+    if (sbx_store_box_list(r->d->store, r->key.id, strcmp(f.state, "all") ? f.state : NULL, &rows, &n) < 0) {
+        sbx_reply_error(r, 500, "internal", "cannot read the sandbox list");
+        goto out;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        bool ok = true;
+        const char *k;
+        json_t *v;
+        json_object_foreach(f.metadata, k, v)
+        {
+            json_t *have = json_object_get(rows[i].metadata, k);
+            if (!have || !json_equal(have, v))
+                ok = false;
+        }
+        if (ok)
+            json_array_append_new(arr, box_json(&rows[i]));
+        sbx_box_row_free(&rows[i]);
+    }
+    free(rows);
+    sbx_reply_json(r, 200, json_pack("{s:o}", "sandboxes", arr));
+out:
+    json_decref(f.metadata);
+}
+
+void sbx_api_sandbox_get(sbx_req *r)
+{
+    sbx_box_row row;
+    if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
+        if (strcmp(row.key_id, r->key.id) == 0) {
+            sbx_reply_json(r, 200, box_json(&row));
+            sbx_box_row_free(&row);
+            return;
+        }
+        sbx_box_row_free(&row);
+    }
+    sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);
+}
+
+void sbx_api_sandbox_delete(sbx_req *r)
+{
+    sbx_box *b = sbx_req_box(r);
+    if (!b)
+        return;
+    if (sbx_reg_end(&r->d->reg, b, "deleted", "deleted through the API"))
+        sbx_reply_empty(r, 204);
+    else
+        sbx_reply_error(r, 409, "conflict", "sandbox %s is already ending", b->id);
+    sbx_reg_put(&r->d->reg, b);
+}
+
+void sbx_api_sandbox_timeout(sbx_req *r)
+{
+    static const char *const fields[] = { "timeout_s", NULL };
+    json_t *j = sbx_req_json(r);
+    if (!j)
+        return;
+    int64_t t = -1;
+    if (sbx_json_only(r, j, fields) < 0 || sbx_json_int(r, j, "timeout_s", 1, MAX_TIMEOUT_S, &t) < 0)
+        goto out;
+    if (t < 0) {
+        sbx_reply_error(r, 400, "invalid_request", "'timeout_s' is required");
+        goto out;
+    }
+    sbx_box *b = sbx_req_box(r);
+    if (!b)
+        goto out;
+    int64_t exp = sbx_now_wall_ms() + t * 1000;
+    pthread_mutex_lock(&r->d->reg.lock);
+    b->expires_at = exp;
+    pthread_mutex_unlock(&r->d->reg.lock);
+    sbx_store_box_set_expiry(r->d->store, b->id, exp, t);
+    sbx_reg_put(&r->d->reg, b);
+    sbx_box_row row;
+    if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
+        sbx_reply_json(r, 200, box_json(&row));
+        sbx_box_row_free(&row);
+    } else {
+        sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);
+    }
+out:
+    json_decref(j);
+}
+
+void sbx_api_sandbox_metrics(sbx_req *r)
+{
+    sbx_box *b = sbx_req_box(r);
+    if (!b)
+        return;
+    sbx_cg_stats st;
+    sbx_cgroup_stats(&b->cg, &st);
+    /* disk use of the writable layer, as the sandbox's root sees it */
+    uint64_t used = 0;
+    sbx_buf req = { 0 };
+    sbx_buf_put_u32(&req, 0);
+    sbx_buf_put_u32(&req, 0);
+    sbx_buf_put_str(&req, "/");
+    uint8_t *reply;
+    size_t len;
+    sbx_error err = { 0 };
+    if (sbx_agent_call(b->sock, SBX_MSG_STATFS, req.data, req.len, &reply, &len, NULL, &err) == 0) {
+        sbx_reader rd = { reply, reply + len, false };
+        used = sbx_read_u64(&rd);
+        free(reply);
+    }
+    sbx_buf_free(&req);
+    json_t *o = json_object();
+    json_object_set_new(o, "cpu_seconds", json_real(st.cpu_seconds));
+    json_object_set_new(o, "memory_bytes", json_integer((json_int_t) st.memory_bytes));
+    json_object_set_new(o, "memory_peak_bytes", json_integer((json_int_t) st.memory_peak_bytes));
+    json_object_set_new(o, "memory_limit_bytes", json_integer((json_int_t) st.memory_limit_bytes));
+    json_object_set_new(o, "disk_used_bytes", json_integer((json_int_t) used));
+    json_object_set_new(o, "disk_limit_bytes", json_integer((json_int_t) b->disk_bytes));
+    /* the zygote (sbx-init's spawner, see src/init/zygote.h) is not the user's */
+    json_object_set_new(o, "processes", json_integer(st.processes > 0 ? st.processes - 1 : 0));
+    sbx_reg_put(&r->d->reg, b);
+    sbx_reply_json(r, 200, o);
+}

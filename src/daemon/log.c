@@ -1,0 +1,22 @@
+/* log.c - see log.h. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+void sbx_log(const char *level, const char *fmt, ...)
+{
+    char line[2048], ts[32];
+    struct timespec now;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    /* one fprintf: lines from different threads do not interleave */
+    fprintf(stderr, "%s.%03ldZ %s %s\n", ts, now.tv_nsec / 1000000, level, line);
+}

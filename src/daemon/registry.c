@@ -1,0 +1,353 @@
+/* registry.c - see registry.h. */
+#define _GNU_SOURCE
+#include "registry.h"
+#include "agent.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int pidfd_open_(pid_t pid)
+{
+    return (int) syscall(SYS_pidfd_open, pid, 0);
+}
+
+int sbx_reg_init(sbx_registry *reg, sbx_store *store, sbx_spawner *sp, const sbx_cg_host *host, const char *home,
+                 uid_t uid_base, sbx_error *err)
+{
+    memset(reg, 0, sizeof *reg);
+    pthread_mutex_init(&reg->lock, NULL);
+    reg->store = store;
+    reg->spawner = sp;
+    reg->host = host;
+    reg->home = home;
+    reg->uid_base = uid_base;
+    snprintf(reg->run_dir, sizeof reg->run_dir, "%s/run", home);
+    if (mkdir(reg->run_dir, 0700) < 0 && errno != EEXIST)
+        return sbx_error_set(err, errno, "mkdir %s", reg->run_dir);
+    /* the control sockets are root's only */
+    if (chmod(reg->run_dir, 0700) < 0)
+        return sbx_error_set(err, errno, "chmod %s", reg->run_dir);
+    return 0;
+}
+
+static void box_free(sbx_box *b)
+{
+    if (b->pidfd >= 0)
+        close(b->pidfd);
+    sbx_cgroup_release(&b->cg);
+    json_decref(b->envs);
+    free(b);
+}
+
+static void add(sbx_registry *reg, sbx_box *b)
+{
+    pthread_mutex_lock(&reg->lock);
+    if (reg->n == reg->cap) {
+        size_t cap = reg->cap ? reg->cap * 2 : 64;
+        sbx_box **nb = realloc(reg->boxes, cap * sizeof *nb);
+        if (nb) {
+            reg->boxes = nb;
+            reg->cap = cap;
+        }
+    }
+    if (reg->n < reg->cap) {
+        b->refs++; /* the registry's own */
+        reg->boxes[reg->n++] = b;
+    }
+    pthread_mutex_unlock(&reg->lock);
+}
+
+sbx_box *sbx_reg_get(sbx_registry *reg, const char *id, const char *key_id)
+{
+    sbx_box *found = NULL;
+    pthread_mutex_lock(&reg->lock);
+    for (size_t i = 0; i < reg->n; i++) {
+        sbx_box *b = reg->boxes[i];
+        if (strcmp(b->id, id) == 0 && (!key_id || strcmp(b->key_id, key_id) == 0)) {
+            b->refs++;
+            found = b;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg->lock);
+    return found;
+}
+
+void sbx_reg_put(sbx_registry *reg, sbx_box *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&reg->lock);
+    bool last = --b->refs == 0;
+    pthread_mutex_unlock(&reg->lock);
+    if (last)
+        box_free(b);
+}
+
+size_t sbx_reg_count(sbx_registry *reg, const char *key_id)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&reg->lock);
+    for (size_t i = 0; i < reg->n; i++)
+        if (!key_id || strcmp(reg->boxes[i]->key_id, key_id) == 0)
+            n++;
+    pthread_mutex_unlock(&reg->lock);
+    return n;
+}
+
+sbx_box **sbx_reg_snapshot(sbx_registry *reg, size_t *n)
+{
+    pthread_mutex_lock(&reg->lock);
+    sbx_box **v = malloc((reg->n + 1) * sizeof *v);
+    *n = 0;
+    for (size_t i = 0; v && i < reg->n; i++) {
+        reg->boxes[i]->refs++;
+        v[(*n)++] = reg->boxes[i];
+    }
+    pthread_mutex_unlock(&reg->lock);
+    return v;
+}
+
+/* Remove from the list; returns true if it was there (this caller owns the
+ * registry's reference now). */
+static bool unlist(sbx_registry *reg, sbx_box *b)
+{
+    bool was = false;
+    pthread_mutex_lock(&reg->lock);
+    for (size_t i = 0; i < reg->n; i++) {
+        if (reg->boxes[i] == b) {
+            reg->boxes[i] = reg->boxes[--reg->n];
+            b->gone = true;
+            was = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg->lock);
+    return was;
+}
+
+static void sock_path(const sbx_registry *reg, const char *id, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%.12s.sock", reg->run_dir, id);
+}
+
+/* Kill sbx-init (and with it the sandbox) and wait for it to be gone. */
+static void kill_init(int pidfd, pid_t pid, uint64_t start)
+{
+    if (pidfd >= 0) {
+        syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+        struct pollfd p = { pidfd, POLLIN, 0 };
+        poll(&p, 1, 5000);
+    } else if (pid > 0 && start && sbx_proc_start_time(pid) == start) {
+        kill(pid, SIGKILL);
+    }
+}
+
+static void cleanup(sbx_registry *reg, const char *id, int pidfd, pid_t pid, uint64_t start)
+{
+    kill_init(pidfd, pid, start);
+    sbx_cgroup cg;
+    sbx_error err = { 0 };
+    if (sbx_cgroup_open(&cg, reg->host, id, &err) == 0) {
+        /* kills anything left (a process that escaped the pid namespace
+         * cannot exist, but the cgroup is the last word) */
+        if (sbx_cgroup_destroy(&cg, &err) < 0)
+            sbx_log("warn", "event=cleanup sandbox=%s error=\"%s\"", id, err.msg);
+    }
+    char path[300];
+    sock_path(reg, id, path, sizeof path);
+    unlink(path);
+    sbx_store_box_set_cleaned(reg->store, id);
+}
+
+int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err)
+{
+    sbx_box *b = calloc(1, sizeof *b);
+    if (!b)
+        return sbx_error_set(err, ENOMEM, "sandbox");
+    b->pidfd = -1;
+    snprintf(b->id, sizeof b->id, "%s", row->id);
+    snprintf(b->key_id, sizeof b->key_id, "%s", row->key_id);
+    snprintf(b->hostname, sizeof b->hostname, "sbx-%.*s", SBX_SHORT_ID, row->id);
+    sock_path(reg, row->id, b->sock, sizeof b->sock);
+    b->envs = json_incref(row->envs);
+    b->disk_bytes = row->disk_mb << 20;
+    b->millicpus = row->millicpus;
+    b->expires_at = row->expires_at;
+    if (sbx_template_open(&b->tpl, reg->home, row->template_name, reg->uid_base, err) < 0)
+        goto fail;
+
+    sbx_spawn_req req = { 0 };
+    snprintf(req.id, sizeof req.id, "%s", row->id);
+    snprintf(req.template_name, sizeof req.template_name, "%s", row->template_name);
+    snprintf(req.sock_path, sizeof req.sock_path, "%s", b->sock);
+    req.memory_bytes = row->memory_mb << 20;
+    req.disk_bytes = b->disk_bytes;
+    req.millicpus = row->millicpus;
+    req.pids = row->pids;
+    /* Recorded before it exists: if sbxd dies during the create, the
+     * restart finds a "running" row without a live init and cleans up the
+     * cgroups by id, instead of leaking them unrecorded. */
+    row->init_pid = 0;
+    row->init_start = 0;
+    if (sbx_store_box_insert(reg->store, row, err) < 0)
+        goto fail;
+    sbx_spawn_reply rep;
+    if (sbx_spawner_create(reg->spawner, &req, &rep, err) < 0) {
+        sbx_store_box_delete(reg->store, row->id);
+        goto fail;
+    }
+    b->init_pid = rep.pid;
+    b->pidfd = pidfd_open_(rep.pid);
+    row->init_pid = rep.pid;
+    row->init_start = rep.start_time;
+    if (sbx_cgroup_open(&b->cg, reg->host, row->id, err) < 0 ||
+        sbx_store_box_set_init(reg->store, row->id, rep.pid, rep.start_time) != 1) {
+        cleanup(reg, row->id, b->pidfd, rep.pid, rep.start_time);
+        sbx_store_box_delete(reg->store, row->id);
+        if (!err->msg[0])
+            sbx_error_set(err, EIO, "record sandbox %s", row->id);
+        goto fail;
+    }
+    add(reg, b);
+    sbx_store_event(reg->store, row->id, row->key_id, "created", row->template_name);
+    return 0;
+fail:
+    box_free(b);
+    return -1;
+}
+
+void sbx_reg_sample(sbx_registry *reg, sbx_box *b, int64_t now_ms)
+{
+    sbx_cg_stats st;
+    if (sbx_cgroup_stats(&b->cg, &st) < 0)
+        return;
+    /* CPU time only grows; a process that was never reaped before the
+     * sample (killed with the sandbox) can make the sum dip: keep the max. */
+    if (st.cpu_seconds > b->cpu_seconds)
+        b->cpu_seconds = st.cpu_seconds;
+    if (b->last_sample_ms)
+        b->gib_seconds += (double) st.memory_bytes / (1024.0 * 1024 * 1024) * (double) (now_ms - b->last_sample_ms) /
+                          1000.0;
+    b->last_sample_ms = now_ms;
+    sbx_store_box_set_usage(reg->store, b->id, b->cpu_seconds, b->gib_seconds);
+}
+
+int sbx_reg_end(sbx_registry *reg, sbx_box *b, const char *state, const char *reason)
+{
+    int64_t now = sbx_now_wall_ms();
+    if (sbx_store_box_end(reg->store, b->id, state, reason, now) != 1)
+        return 0;
+    if (!unlist(reg, b))
+        return 0;
+    sbx_reg_sample(reg, b, now);
+    cleanup(reg, b->id, b->pidfd, b->init_pid, 0);
+    sbx_store_event(reg->store, b->id, b->key_id, state, reason);
+    sbx_log("info", "event=ended sandbox=%s state=%s reason=\"%s\"", b->id, state, reason ? reason : "");
+    sbx_reg_put(reg, b); /* the registry's reference */
+    return 1;
+}
+
+/* Re-attach one sandbox recorded as running. */
+static void reattach(sbx_registry *reg, sbx_box_row *row)
+{
+    sbx_error err = { 0 };
+    const char *why = NULL;
+    int pidfd = -1;
+    if (row->init_pid <= 0 || sbx_proc_start_time(row->init_pid) != row->init_start) {
+        why = "sbx-init ended while sbxd was down";
+    } else if ((pidfd = pidfd_open_(row->init_pid)) < 0) {
+        why = "sbx-init ended while sbxd was down";
+    } else {
+        char path[300];
+        sock_path(reg, row->id, path, sizeof path);
+        uint8_t *reply;
+        size_t len;
+        if (sbx_agent_call(path, SBX_MSG_PING, NULL, 0, &reply, &len, NULL, &err) < 0)
+            why = "sbx-init did not answer after an sbxd restart";
+        else
+            free(reply);
+    }
+    if (why) {
+        sbx_store_box_end(reg->store, row->id, "failed", why, sbx_now_wall_ms());
+        cleanup(reg, row->id, pidfd, row->init_pid, row->init_start);
+        if (pidfd >= 0)
+            close(pidfd);
+        sbx_store_event(reg->store, row->id, row->key_id, "failed", why);
+        sbx_log("warn", "event=reconcile sandbox=%s result=failed reason=\"%s\"", row->id, why);
+        return;
+    }
+    sbx_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        close(pidfd);
+        return;
+    }
+    snprintf(b->id, sizeof b->id, "%s", row->id);
+    snprintf(b->key_id, sizeof b->key_id, "%s", row->key_id);
+    snprintf(b->hostname, sizeof b->hostname, "sbx-%.*s", SBX_SHORT_ID, row->id);
+    sock_path(reg, row->id, b->sock, sizeof b->sock);
+    b->pidfd = pidfd;
+    b->init_pid = row->init_pid;
+    b->envs = json_incref(row->envs);
+    b->disk_bytes = row->disk_mb << 20;
+    b->millicpus = row->millicpus;
+    b->expires_at = row->expires_at;
+    b->cpu_seconds = row->cpu_seconds;
+    b->gib_seconds = row->gib_seconds;
+    if (sbx_template_open(&b->tpl, reg->home, row->template_name, reg->uid_base, &err) < 0 ||
+        sbx_cgroup_open(&b->cg, reg->host, row->id, &err) < 0) {
+        sbx_log("warn", "event=reconcile sandbox=%s error=\"%s\"", row->id, err.msg);
+        box_free(b);
+        sbx_store_box_end(reg->store, row->id, "failed", "cannot re-attach after an sbxd restart", sbx_now_wall_ms());
+        cleanup(reg, row->id, -1, row->init_pid, row->init_start);
+        return;
+    }
+    add(reg, b);
+    sbx_log("info", "event=reconcile sandbox=%s result=reattached pid=%d", row->id, (int) row->init_pid);
+}
+
+void sbx_reg_reconcile(sbx_registry *reg)
+{
+    sbx_box_row *rows;
+    size_t n;
+    if (sbx_store_box_list(reg->store, NULL, "running", &rows, &n) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            reattach(reg, &rows[i]);
+            sbx_box_row_free(&rows[i]);
+        }
+        free(rows);
+    }
+    if (sbx_store_box_list_uncleaned(reg->store, &rows, &n) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            cleanup(reg, rows[i].id, -1, rows[i].init_pid, rows[i].init_start);
+            sbx_box_row_free(&rows[i]);
+        }
+        free(rows);
+    }
+    /* Sockets of sandboxes that are not live (a crash mid-create). */
+    DIR *d = opendir(reg->run_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len != 12 + 5 || strcmp(e->d_name + 12, ".sock") != 0)
+            continue;
+        bool live = false;
+        pthread_mutex_lock(&reg->lock);
+        for (size_t i = 0; i < reg->n && !live; i++)
+            live = strncmp(reg->boxes[i]->id, e->d_name, 12) == 0;
+        pthread_mutex_unlock(&reg->lock);
+        if (!live)
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    if (d)
+        closedir(d);
+}

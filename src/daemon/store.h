@@ -1,0 +1,84 @@
+/* store.h - sbxd's persistent state in SQLite (WAL) under --home.
+ *
+ * Tables: keys (API keys, hashed), sandboxes (every sandbox ever made and
+ * how it ended, with its usage counters), commands, events.  One
+ * connection, serialized by a mutex: requests are short, and a single
+ * writer is what SQLite wants anyway.  A state change is one UPDATE with
+ * the expected old state in its WHERE clause: two threads ending the same
+ * sandbox (DELETE racing the timeout) cannot both win. */
+#ifndef SBX_DAEMON_STORE_H
+#define SBX_DAEMON_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "../lib/error.h"
+
+typedef struct sbx_store sbx_store;
+
+int sbx_store_open(sbx_store **out, const char *path, sbx_error *err);
+void sbx_store_close(sbx_store *st);
+
+/* ---- keys ---- */
+typedef struct sbx_key {
+    char id[17];
+    char name[65];
+} sbx_key;
+
+/* Store a new key's hash. */
+int sbx_store_key_add(sbx_store *st, const char *id, const char *name, const char *hash, sbx_error *err);
+/* 1 found (not revoked), 0 not, -1 error. */
+int sbx_store_key_by_hash(sbx_store *st, const char *hash, sbx_key *out);
+/* JSON array of {id, name, created_at, revoked_at} */
+json_t *sbx_store_key_list(sbx_store *st);
+/* Revoke by name or id: 1 revoked, 0 no such active key. */
+int sbx_store_key_revoke(sbx_store *st, const char *name_or_id);
+
+/* ---- sandboxes ---- */
+typedef struct sbx_box_row {
+    char id[33];
+    char key_id[17];
+    char template_name[65];
+    char state[16];
+    int64_t created_at, expires_at, ended_at; /* ms since the epoch, 0: none */
+    char end_reason[256];
+    int64_t timeout_s;
+    json_t *metadata, *envs; /* owned */
+    uint32_t millicpus, pids;
+    uint64_t memory_mb, disk_mb;
+    int32_t init_pid;
+    uint64_t init_start;
+    double cpu_seconds, gib_seconds;
+} sbx_box_row;
+
+void sbx_box_row_free(sbx_box_row *r);
+int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err);
+/* 1 found, 0 not. */
+int sbx_store_box_get(sbx_store *st, const char *id, sbx_box_row *out);
+/* Every row in `state` (NULL: all), for one key (NULL: all keys); the
+ * caller frees each row and the array. */
+int sbx_store_box_list(sbx_store *st, const char *key_id, const char *state, sbx_box_row **rows, size_t *n);
+/* running -> new_state, atomically: 1 done, 0 it was not running. */
+int sbx_store_box_end(sbx_store *st, const char *id, const char *new_state, const char *reason, int64_t now_ms);
+int sbx_store_box_set_init(sbx_store *st, const char *id, int pid, uint64_t start);
+int sbx_store_box_delete(sbx_store *st, const char *id);
+int sbx_store_box_set_cleaned(sbx_store *st, const char *id);
+/* Ended sandboxes whose clean-up did not finish. */
+int sbx_store_box_list_uncleaned(sbx_store *st, sbx_box_row **rows, size_t *n);
+int sbx_store_box_set_expiry(sbx_store *st, const char *id, int64_t expires_at, int64_t timeout_s);
+int sbx_store_box_set_usage(sbx_store *st, const char *id, double cpu_seconds, double gib_seconds);
+
+/* ---- commands, events, usage ---- */
+int sbx_store_cmd_start(sbx_store *st, const char *box, int pid, const char *argv_json, bool background,
+                        int64_t now_ms);
+int sbx_store_cmd_end(sbx_store *st, const char *box, int pid, int exit_code, int sig, int64_t now_ms);
+void sbx_store_event(sbx_store *st, const char *box, const char *key_id, const char *kind, const char *detail);
+/* {sandbox_seconds, vcpu_seconds, gib_seconds, sandboxes_created} of one key */
+json_t *sbx_store_usage(sbx_store *st, const char *key_id, int64_t now_ms);
+/* counts per state, for /metrics */
+json_t *sbx_store_state_counts(sbx_store *st);
+
+int64_t sbx_now_wall_ms(void);
+
+#endif
