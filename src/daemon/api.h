@@ -35,6 +35,9 @@ void sbx_api_file_stat(sbx_req *r);
 void sbx_api_file_mkdir(sbx_req *r);
 void sbx_api_file_move(sbx_req *r);
 
+/* api_pty.c */
+void sbx_api_pty(sbx_req *r);
+
 /* api_system.c */
 void sbx_api_health(sbx_req *r);
 void sbx_api_usage(sbx_req *r);

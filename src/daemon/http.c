@@ -46,6 +46,7 @@ static const sbx_route routes[] = {
     { "GET", "/v1/sandboxes/{}/files/stat", SBX_BODY_NONE, false, sbx_api_file_stat, NULL, NULL },
     { "POST", "/v1/sandboxes/{}/files/mkdir", SBX_BODY_JSON, false, sbx_api_file_mkdir, NULL, NULL },
     { "POST", "/v1/sandboxes/{}/files/move", SBX_BODY_JSON, false, sbx_api_file_move, NULL, NULL },
+    { "GET", "/v1/sandboxes/{}/pty", SBX_BODY_NONE, false, sbx_api_pty, NULL, NULL },
 };
 
 /* 1: path matches (captures filled), 0: not. */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -144,6 +145,30 @@ static void attach(conn *k, sbx_cmd *c)
     k->nextp = c->head;
 }
 
+/* A new terminal of the sandbox's own devpts instance (mount.c). */
+static int open_pty(int *master, int *slave, uint32_t uid)
+{
+    int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0)
+        return -errno;
+    int unlock = 0;
+    int s = -1;
+    if (ioctl(m, TIOCSPTLCK, &unlock) < 0 || (s = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+        int e = errno;
+        close(m);
+        return -e;
+    }
+    /* the user owns their terminal, as after a login */
+    if (fchown(s, uid, (gid_t) -1) < 0) {
+        /* not fatal: the command still has the open descriptor */
+    }
+    struct winsize ws = { .ws_row = 24, .ws_col = 80 };
+    ioctl(m, TIOCSWINSZ, &ws);
+    *master = m;
+    *slave = s;
+    return 0;
+}
+
 static int open_pipe(int p[2])
 {
     return pipe2(p, O_CLOEXEC) < 0 ? -errno : 0;
@@ -165,15 +190,30 @@ static void do_exec(conn *k, const uint8_t *payload, size_t len)
             goto out;
         }
     }
-    if (req.flags & SBX_EXEC_STDIN_PIPE) {
-        if ((e = -open_pipe(in)))
+    if (req.flags & SBX_EXEC_PTY) {
+        /* master: init reads output from it (out[0]) and writes keys to a
+         * duplicate (in[1]); the slave is the command's stdio. */
+        if ((e = -open_pty(&out[0], &in[0], req.uid)) || (in[1] = fcntl(out[0], F_DUPFD_CLOEXEC, 3)) < 0) {
+            e = e ? e : errno;
             goto out;
-    } else if ((in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
-        e = errno;
-        goto out;
+        }
+        out[1] = fcntl(in[0], F_DUPFD_CLOEXEC, 3);
+        err[1] = fcntl(in[0], F_DUPFD_CLOEXEC, 3);
+        if (out[1] < 0 || err[1] < 0) {
+            e = errno;
+            goto out;
+        }
+    } else {
+        if (req.flags & SBX_EXEC_STDIN_PIPE) {
+            if ((e = -open_pipe(in)))
+                goto out;
+        } else if ((in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+            e = errno;
+            goto out;
+        }
+        if ((e = -open_pipe(out)) || (e = -open_pipe(err)))
+            goto out;
     }
-    if ((e = -open_pipe(out)) || (e = -open_pipe(err)))
-        goto out;
 
     int stage = 0;
     const int stdio[3] = { in[0], out[1], err[1] };
@@ -206,7 +246,8 @@ static void do_exec(conn *k, const uint8_t *payload, size_t len)
     if (in[1] >= 0)
         fcntl(in[1], F_SETFL, O_NONBLOCK);
     fcntl(out[0], F_SETFL, O_NONBLOCK);
-    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    if (err[0] >= 0)
+        fcntl(err[0], F_SETFL, O_NONBLOCK);
     sbx_cmd *c = sbx_cmd_add(pid, req.flags, (char *const *) req.argv, in[1], out[0], err[0], req.timeout_s);
     if (!c) {
         kill(pid, SIGKILL);
@@ -330,6 +371,12 @@ static void handle(conn *k, uint32_t type, const uint8_t *payload, size_t len)
             e = cmd_op(k->att, SBX_OP_SIGNAL, sbx_read_u32(&r), NULL, 0);
         else if (type == SBX_MSG_KILL)
             e = cmd_op(k->att, SBX_OP_KILL, 0, NULL, 0);
+        else if (type == SBX_MSG_RESIZE && len == 8 && k->att->fd_in >= 0 && (k->att->flags & SBX_EXEC_PTY)) {
+            uint32_t cols = sbx_read_u32(&r), rows = sbx_read_u32(&r);
+            struct winsize ws = { .ws_row = (unsigned short) (rows > 1000 ? 1000 : rows),
+                                  .ws_col = (unsigned short) (cols > 1000 ? 1000 : cols) };
+            ioctl(k->att->fd_in, TIOCSWINSZ, &ws);
+        }
         else
             k->dead = true;
         (void) e; /* best effort while streaming: the EXIT frame tells the end */

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -51,11 +52,17 @@ static int child(void *arg)
 
     /* Lead a process group, so that forwarded signals reach the whole
      * command (init.c), as they would from a terminal. */
-    setpgid(0, 0);
+    if (!(req->flags & SBX_EXEC_PTY))
+        setpgid(0, 0); /* (setsid below would fail for a group leader) */
     for (int i = 0; c->stdio && i < 3; i++) {
         if (c->stdio[i] >= 0 && c->stdio[i] != i && dup2(c->stdio[i], i) < 0)
             return fail(c, SBX_SPAWN_SETUP, errno);
     }
+    /* A terminal session: lead a new session whose controlling terminal is
+     * the PTY on fd 0, so ^C reaches the foreground job and a shell gets
+     * job control. */
+    if ((req->flags & SBX_EXEC_PTY) && (setsid() < 0 || ioctl(0, TIOCSCTTY, 0) < 0))
+        return fail(c, SBX_SPAWN_SETUP, errno);
     /* We were created in <sbx>/work: root our cgroup view there. */
     if (unshare(CLONE_NEWCGROUP) < 0)
         return fail(c, SBX_SPAWN_SETUP, errno);

@@ -44,6 +44,7 @@ enum sbx_msg_type {
     SBX_MSG_ATTACH = 23,     /* {u32 pid} -> OK {u64 dropped bytes} then as after EXEC */
     SBX_MSG_CMD_OP = 24,     /* {u32 pid, u32 op, u32 arg, bytes} -> OK | ERROR */
     SBX_MSG_LIST = 25,       /* -> OK {u32 n, n x command entry} */
+    SBX_MSG_RESIZE = 26,     /* out -> init, attached to a PTY command: {u32 cols, u32 rows} */
     /* File operations, run by a worker with the user's credentials:
      * payload starts {u32 uid, u32 gid, str home}, then per operation. */
     SBX_MSG_FILE_READ = 32,  /* {path} -> OK {u64 size, str abs path}, DATA..., DATA_END */
@@ -86,6 +87,8 @@ int sbx_entry_decode(struct sbx_reader *r, sbx_entry *e);
 #define SBX_EXEC_CWD_OPTIONAL 2u /* cwd is a default: fall back to "/" if missing */
 #define SBX_EXEC_BACKGROUND 4u   /* (daemon) listed as background; survives its client */
 #define SBX_EXEC_STDIN_PIPE 8u   /* (daemon) stdin is a pipe fed by STDIN frames, else /dev/null */
+#define SBX_EXEC_PTY 16u         /* (daemon) on a new terminal: stdio is its slave, the command leads a
+                                  * session with it as controlling tty; STDIN frames are typed keys */
 
 /* A growable output buffer. */
 typedef struct sbx_buf {
