@@ -89,7 +89,10 @@ static int wait_ready(int ctl, sbx_error *err)
         uint32_t e = sbx_read_u32(&rd);
         sbx_read_u32(&rd);
         const char *msg = sbx_read_str(&rd);
-        return sbx_error_set(err, (int) (e && e < 4096 ? e : EIO), "%s", rd.bad ? "sandbox set-up failed" : msg);
+        /* the message names its cause already: no second strerror */
+        err->errno_ = (int) (e && e < 4096 ? e : EIO);
+        snprintf(err->msg, sizeof err->msg, "%s", rd.bad ? "sandbox set-up failed" : msg);
+        return -1;
     }
     if (type != SBX_MSG_STARTED)
         return sbx_error_set(err, EPROTO, "unexpected frame %u from sbx-init", type);

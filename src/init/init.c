@@ -177,9 +177,12 @@ int main(int argc, char **argv)
         size_t len;
         int fds[SBX_CTL_MAX_FDS], nfds = 0;
         static int ifds[SBX_CTL_MAX_FDS + 1], wfds[SBX_CTL_MAX_FDS + 1];
-        if (sbx_ctl_recv_fds(ctl, &type, &payload, &len, fds, &nfds) <= 0 || type != SBX_MSG_CGROUP ||
-            len != sizeof(uint32_t))
+        int r = sbx_ctl_recv_fds(ctl, &type, &payload, &len, fds, &nfds);
+        if (r <= 0 || type != SBX_MSG_CGROUP || len != sizeof(uint32_t)) {
+            if (r > 0)
+                send_exec_failed(EPROTO, 0, "sbx-init", "/");
             return 125;
+        }
         uint32_t n_init;
         memcpy(&n_init, payload, sizeof n_init);
         free(payload);

@@ -529,6 +529,20 @@ static uint64_t min_needed(const sbx_cmd *c)
     return m;
 }
 
+/* Tell the creator why the sandbox could not start (it logs it). */
+static int start_failed(int ctl, int e, const char *what)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "sbx-init: %s: %s", what, strerror(e));
+    sbx_buf b = { 0 };
+    sbx_buf_put_u32(&b, (uint32_t) e);
+    sbx_buf_put_u32(&b, 0);
+    sbx_buf_put_str(&b, msg);
+    sbx_ctl_send(ctl, SBX_MSG_EXEC_FAILED, b.data, b.len);
+    sbx_buf_free(&b);
+    return 125;
+}
+
 int sbx_server_run(int ctl, int listen_fd, int *init_fds, int *work_fds)
 {
     work_procs = work_fds;
@@ -540,15 +554,16 @@ int sbx_server_run(int ctl, int listen_fd, int *init_fds, int *work_fds)
     sigaddset(&mask, SIGCHLD);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0)
-        return 125;
+        return start_failed(ctl, errno, "signalfd");
 
     /* Born in `work`: the zygote forked now is born there too; then init
      * leaves for `init`, out of the workload's limits. */
-    if (sbx_zygote_start(&zyg, NULL) < 0)
-        return 125;
+    int e = -sbx_zygote_start(&zyg, NULL);
+    if (e > 0)
+        return start_failed(ctl, e, "start the spawner");
     for (int i = 0; init_fds[i] >= 0; i++) {
         if (write(init_fds[i], "0", 1) != 1)
-            return 125;
+            return start_failed(ctl, errno, "leave the work cgroup");
         close(init_fds[i]);
     }
     uint32_t zp = (uint32_t) zyg.pid;

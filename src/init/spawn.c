@@ -5,6 +5,7 @@
 #include "../lib/seccomp.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ static char child_stack[STACK_SIZE] __attribute__((aligned(16)));
 struct spawn_ctx {
     const sbx_exec_req *req;
     const int *stdio;
+    bool in_cgroupns;
     volatile int stage, err;
 };
 
@@ -63,8 +65,9 @@ static int child(void *arg)
      * job control. */
     if ((req->flags & SBX_EXEC_PTY) && (setsid() < 0 || ioctl(0, TIOCSCTTY, 0) < 0))
         return fail(c, SBX_SPAWN_SETUP, errno);
-    /* We were created in <sbx>/work: root our cgroup view there. */
-    if (unshare(CLONE_NEWCGROUP) < 0)
+    /* We were created in <sbx>/work: root our cgroup view there.  (The
+     * zygote, our creator with CLONE_PARENT, did that once for all.) */
+    if (!c->in_cgroupns && unshare(CLONE_NEWCGROUP) < 0)
         return fail(c, SBX_SPAWN_SETUP, errno);
     umask(022);
     int r = sbx_caps_drop_to(req->uid, req->gid);
@@ -89,7 +92,7 @@ static int child(void *arg)
 
 pid_t sbx_spawn(const sbx_exec_req *req, const int stdio[3], unsigned long clone_flags, int *stage)
 {
-    struct spawn_ctx c = { .req = req, .stdio = stdio, .stage = 0, .err = 0 };
+    struct spawn_ctx c = { .req = req, .stdio = stdio, .in_cgroupns = clone_flags & CLONE_PARENT, .stage = 0, .err = 0 };
     char **saved_environ = environ;
     pid_t pid = clone(child, child_stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD | (int) clone_flags, &c);
     environ = saved_environ;

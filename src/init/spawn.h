@@ -14,7 +14,8 @@
  * executable"; SBX_SPAWN_CWD is the working directory. */
 /* `stdio` (may be NULL) gives descriptors for fds 0-2 (-1: keep ours);
  * `clone_flags` adds to CLONE_VM|CLONE_VFORK, e.g. CLONE_PARENT for the
- * daemon-mode spawner (zygote.c), whose commands are sbx-init's children. */
+ * daemon-mode spawner (zygote.c), whose commands are sbx-init's children
+ * and share its cgroup namespace. */
 enum { SBX_SPAWN_SETUP = 1, SBX_SPAWN_CWD = 2, SBX_SPAWN_EXEC = 3 };
 pid_t sbx_spawn(const sbx_exec_req *req, const int stdio[3], unsigned long clone_flags, int *stage);
 

@@ -91,6 +91,10 @@ int sbx_zygote_start(sbx_zygote *z, const int *work_procs)
             _exit(1);
         syscall(SYS_close_range, 4, ~0U, 0);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        /* Every command's cgroup namespace is rooted at `work`: make it
+         * once here, commands inherit it (spawn.c skips its own). */
+        if (unshare(CLONE_NEWCGROUP) < 0)
+            _exit(1);
         zygote_main(3);
     }
     close(sv[1]);

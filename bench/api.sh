@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# bench/api.sh - sbxd's API against the one-shot floor, side by side in one run:
+#   1. create -> exec `true` -> delete over loopback HTTP (bench/loadgen.c, keep-alive)
+#      vs `sbx run -- true` and `bwrap ... true` (hyperfine): what a sandbox costs
+#   2. exec `true` in an existing sandbox vs the same two
+#   3. upload + download of a 1 GiB file vs piping it through `sbx run` and bwrap
+# Usage: bash bench/api.sh   (as root, after ninja -C build; see bench/README.md)
+# Environment: RUNS (default 200), SIZE_MB (default 1024), BUILD (default <repo>/build)
+# Writes bench/results/api.json and bench/results/api.md.
+set -euo pipefail
+
+bench_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname -- "$bench_dir")
+BUILD=${BUILD:-$repo/build}
+RUNS=${RUNS:-200}
+SIZE_MB=${SIZE_MB:-1024}
+results=$bench_dir/results
+mkdir -p "$results"
+
+die() { echo "api.sh: $*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "run as root"
+for b in sbxd sbx sbx-loadgen; do [[ -x $BUILD/$b ]] || die "$BUILD/$b missing: ninja -C $BUILD"; done
+command -v hyperfine >/dev/null && command -v bwrap >/dev/null || die "needs hyperfine and bwrap (scripts/bootstrap.sh)"
+
+work=$(mktemp -d /tmp/sbx-api-bench.XXXXXX)
+sbxd_pid=
+cleanup() {
+  # sbxd leaves sandboxes running when it stops (by design): delete them first
+  if [[ -n ${url:-} ]]; then
+    for id in $(curl -s -H "Authorization: Bearer $key" "$url/v1/sandboxes" |
+      python3 -c 'import json,sys; [print(s["id"]) for s in json.load(sys.stdin).get("sandboxes", [])]' 2>/dev/null); do
+      curl -s -X DELETE -H "Authorization: Bearer $key" "$url/v1/sandboxes/$id" >/dev/null || true
+    done
+  fi
+  [[ -n $sbxd_pid ]] && kill "$sbxd_pid" 2>/dev/null && wait "$sbxd_pid" 2>/dev/null || true
+  rm -rf -- "$work"
+}
+trap cleanup EXIT
+
+key=bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+SBX_API_KEY=$key "$BUILD/sbxd" --listen 127.0.0.1:0 --home "$work/home" 2>"$work/sbxd.log" &
+sbxd_pid=$!
+for _ in $(seq 100); do grep -q 'event=listening' "$work/sbxd.log" 2>/dev/null && break; sleep 0.05; done
+addr=$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "$work/sbxd.log")
+[[ -n $addr ]] || { cat "$work/sbxd.log" >&2; die "sbxd did not start"; }
+url=http://$addr
+lg() { "$BUILD/sbx-loadgen" "$url" "$key" "$@"; }
+
+bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/lib64 /lib64
+  --symlink usr/lib /lib --symlink usr/bin /bin --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp)
+
+echo "== 1+2. latency: sbxd round trip and exec, sbx run, bwrap ==" >&2
+rt=$(lg roundtrip "$RUNS")
+ex=$(lg exec "$((RUNS * 3))")
+SBX_HOME=$work/run-home hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$work/hf.json" \
+  -n "sbx run" "$BUILD/sbx run -- /bin/true" -n bwrap "${bwrap_cmd[*]} /bin/true" >&2
+
+echo "== 3. transfer of ${SIZE_MB} MiB ==" >&2
+head -c "$((SIZE_MB << 20))" /dev/urandom >"$work/blob"
+tr=$(lg upload "$work/blob")
+mbps() { # mbps SECONDS -> MB/s of the blob
+  python3 -c "import sys; print(round($((SIZE_MB << 20)) / 1e6 / float(sys.argv[1]), 1))" "$1"
+}
+t() { local s e; s=$(date +%s.%N); "$@" >/dev/null; e=$(date +%s.%N); python3 -c "print($e - $s)"; }
+bw_up=$(mbps "$(t sh -c "${bwrap_cmd[*]} sh -c 'cat > /tmp/x' < '$work/blob'")")
+bw_down=$(mbps "$(t sh -c "${bwrap_cmd[*]} --ro-bind '$work/blob' /blob cat /blob")")
+sr_up=$(mbps "$(t sh -c "SBX_HOME=$work/run-home $BUILD/sbx run --disk 2G --memory 4G -- sh -c 'cat > /tmp/x' < '$work/blob'")")
+
+python3 - "$results" "$rt" "$ex" "$tr" "$work/hf.json" "$bw_up" "$bw_down" "$sr_up" "$SIZE_MB" <<'PY'
+import json, sys, datetime, subprocess
+res, rt, ex, tr, hf, bw_up, bw_down, sr_up, size = sys.argv[1:]
+rt, ex, tr = json.loads(rt), json.loads(ex), json.loads(tr)
+h = {r["command"]: r for r in json.load(open(hf))["results"]}
+p50 = lambda r: sorted(r["times"])[len(r["times"]) // 2] * 1000
+run, bw = p50(h["sbx run"]), p50(h["bwrap"])
+out = {"date": datetime.datetime.utcnow().isoformat() + "Z", "roundtrip": rt, "exec": ex, "transfer": tr,
+       "sbx_run_p50_ms": run, "bwrap_p50_ms": bw, "bwrap_upload_MBps": float(bw_up),
+       "bwrap_download_MBps": float(bw_down), "sbx_run_upload_MBps": float(sr_up), "size_MiB": int(size)}
+json.dump(out, open(res + "/api.json", "w"), indent=2)
+rows = [
+ ("create + exec true + delete (HTTP)", f'{rt["p50_ms"]:.1f} ms', f"{run:.1f} ms", f"{bw:.1f} ms",
+  f'{rt["p50_ms"] / run:.2f}x / {rt["p50_ms"] / bw:.2f}x', "< 10 ms"),
+ ("exec true in a live sandbox (HTTP)", f'{ex["p50_ms"]:.2f} ms', f"{run:.1f} ms", f"{bw:.1f} ms",
+  f'{ex["p50_ms"] / run:.2f}x / {ex["p50_ms"] / bw:.2f}x', "< 2 ms"),
+ (f"upload {size} MiB", f'{tr["upload_MBps"]:.0f} MB/s', f"{float(sr_up):.0f} MB/s", f"{float(bw_up):.0f} MB/s",
+  f'{tr["upload_MBps"] / float(sr_up):.2f}x / {tr["upload_MBps"] / float(bw_up):.2f}x', ">= 500 MB/s"),
+ (f"download {size} MiB", f'{tr["download_MBps"]:.0f} MB/s', "-", f"{float(bw_down):.0f} MB/s",
+  f'- / {tr["download_MBps"] / float(bw_down):.2f}x', ">= 500 MB/s"),
+]
+md = ["| measurement (p50) | sbxd | sbx run | bwrap | sbxd vs sbx run / bwrap | target |", "|---|---|---|---|---|---|"]
+md += ["| " + " | ".join(r) + " |" for r in rows]
+open(res + "/api.md", "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+PY
+echo "== 4. sbxd RSS with 100 live sandboxes ==" >&2
+ids=()
+for _ in $(seq 100); do
+  ids+=("$(curl -sf -H "Authorization: Bearer $key" -H 'Content-Type: application/json' -d '{}' "$url/v1/sandboxes" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+done
+rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$sbxd_pid/status")
+for id in "${ids[@]}"; do curl -sf -X DELETE -H "Authorization: Bearer $key" "$url/v1/sandboxes/$id" >/dev/null; done
+line="| sbxd RSS, 100 live sandboxes | $((rss_kib / 1024)) MiB | - | - | - | < 64 MiB |"
+echo "$line" >>"$results/api.md"
+python3 -c "import json,sys; p=sys.argv[1]; d=json.load(open(p)); d['sbxd_rss_100_MiB']=int(sys.argv[2])/1024; json.dump(d, open(p,'w'), indent=2)" "$results/api.json" "$rss_kib"
+echo "$line"

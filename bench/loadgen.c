@@ -1,0 +1,221 @@
+/* loadgen.c - a small load generator for sbxd's API (bench/api.sh).
+ *
+ * One libcurl handle with keep-alive, so each measurement is sbxd's work
+ * plus one loopback round trip, not a TCP handshake or a client's start-up.
+ *
+ *   sbx-loadgen URL KEY roundtrip N   create -> exec `true` -> delete, N times
+ *   sbx-loadgen URL KEY exec N        exec `true` N times in one sandbox
+ *   sbx-loadgen URL KEY upload FILE   PUT FILE into a sandbox, then GET it back
+ *
+ * Prints one JSON object: latencies in ms (p50, p90, p99, mean) or
+ * throughputs in MB/s (10^6 bytes per second). */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static CURL *curl;
+static const char *base, *key;
+static char body[65536];
+static size_t body_len;
+
+static size_t collect(char *p, size_t size, size_t n, void *ud)
+{
+    (void) ud;
+    size_t len = size * n;
+    size_t room = sizeof body - 1 - body_len;
+    size_t take = len < room ? len : room;
+    memcpy(body + body_len, p, take);
+    body_len += take;
+    body[body_len] = '\0';
+    return len;
+}
+
+static size_t discard(char *p, size_t size, size_t n, void *ud)
+{
+    (void) p;
+    *(size_t *) ud += size * n;
+    return size * n;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+/* method + path + JSON body; returns the HTTP status, body in `body`. */
+static long request(const char *method, const char *path, const char *json)
+{
+    char url[1024], auth[512];
+    snprintf(url, sizeof url, "%s%s", base, path);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+    struct curl_slist *h = curl_slist_append(NULL, auth);
+    h = curl_slist_append(h, "Content-Type: application/json");
+    curl_easy_reset(curl);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    if (json)
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json);
+    body_len = 0;
+    body[0] = '\0';
+    long status = 0;
+    if (curl_easy_perform(curl) == CURLE_OK)
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(h);
+    return status;
+}
+
+static int create_with(char id[64], const char *json)
+{
+    if (request("POST", "/v1/sandboxes", json) != 201)
+        return fprintf(stderr, "create failed: %s\n", body), -1;
+    const char *p = strstr(body, "\"id\":\"");
+    if (!p)
+        return -1;
+    snprintf(id, 64, "%.32s", p + 6);
+    return 0;
+}
+
+static int create(char id[64])
+{
+    return create_with(id, "{}");
+}
+
+static int exec_true(const char *id)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/sandboxes/%s/commands", id);
+    if (request("POST", path, "{\"argv\":[\"true\"]}") != 200 || !strstr(body, "\"exit_code\":0"))
+        return fprintf(stderr, "exec failed: %s\n", body), -1;
+    return 0;
+}
+
+static int delete(const char *id)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
+    return request("DELETE", path, NULL) == 204 ? 0 : -1;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+static void report(const char *what, double *v, int n)
+{
+    qsort(v, (size_t) n, sizeof *v, cmp);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += v[i];
+    printf("{\"benchmark\":\"%s\",\"runs\":%d,\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"mean_ms\":%.3f}\n", what,
+           n, v[n / 2], v[n * 9 / 10], v[n * 99 / 100], sum / n);
+}
+
+static double transfer(const char *id, const char *file, bool up, size_t *bytes)
+{
+    char url[1024], auth[512];
+    snprintf(url, sizeof url, "%s/v1/sandboxes/%s/files?path=bench.bin", base, id);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+    struct curl_slist *h = curl_slist_append(NULL, auth);
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_reset(curl);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L * 1024);
+    FILE *f = NULL;
+    *bytes = 0;
+    if (up) {
+        struct stat st;
+        f = fopen(file, "rb");
+        if (!f || fstat(fileno(f), &st) < 0)
+            return -1;
+        curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(curl, CURLOPT_READDATA, f);
+        curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t) st.st_size);
+        curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+        *bytes = (size_t) st.st_size;
+    } else {
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard);
+        curl_easy_setopt(curl, CURLOPT_WRITEDATA, bytes);
+    }
+    double t0 = now_ms();
+    CURLcode rc = curl_easy_perform(curl);
+    double t = now_ms() - t0;
+    long status = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    if (f)
+        fclose(f);
+    curl_slist_free_all(h);
+    if (rc != CURLE_OK || status != 200) {
+        fprintf(stderr, "transfer failed: %s %ld %s\n", curl_easy_strerror(rc), status, body);
+        return -1;
+    }
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec N | upload FILE\n");
+        return 2;
+    }
+    base = argv[1];
+    key = argv[2];
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    curl = curl_easy_init();
+    char id[64];
+    if (strcmp(argv[3], "upload") == 0) {
+        /* the writable layer is memory (tmpfs) for now: room for the file */
+        if (create_with(id, "{\"disk_mb\":2048,\"memory_mb\":4096}") < 0)
+            return 1;
+        size_t up_bytes, down_bytes;
+        double up = transfer(id, argv[4], true, &up_bytes);
+        double down = transfer(id, argv[4], false, &down_bytes);
+        delete (id);
+        if (up < 0 || down < 0 || up_bytes != down_bytes)
+            return 1;
+        printf("{\"benchmark\":\"transfer\",\"bytes\":%zu,\"upload_MBps\":%.1f,\"download_MBps\":%.1f}\n", up_bytes,
+               (double) up_bytes / 1e3 / up, (double) down_bytes / 1e3 / down);
+        return 0;
+    }
+    int n = atoi(argv[4]);
+    if (n < 1)
+        return 2;
+    double *v = calloc((size_t) n, sizeof *v);
+    if (strcmp(argv[3], "roundtrip") == 0) {
+        for (int i = 0; i < n + 3; i++) {
+            double t0 = now_ms();
+            if (create(id) < 0 || exec_true(id) < 0 || delete (id) < 0)
+                return 1;
+            if (i >= 3) /* warm-up */
+                v[i - 3] = now_ms() - t0;
+        }
+        report("create_exec_delete", v, n);
+    } else if (strcmp(argv[3], "exec") == 0) {
+        if (create(id) < 0)
+            return 1;
+        for (int i = 0; i < n + 10; i++) {
+            double t0 = now_ms();
+            if (exec_true(id) < 0)
+                return 1;
+            if (i >= 10)
+                v[i - 10] = now_ms() - t0;
+        }
+        delete (id);
+        report("exec", v, n);
+    } else {
+        return 2;
+    }
+    return 0;
+}
