@@ -26,7 +26,7 @@
 #define DEFAULT_FG_TIMEOUT_S 60
 /* sbx-init enforces a command's timeout; sbxd waits this much longer
  * before deciding init itself is not answering. */
-#define GRACE_MS 15000
+#define GRACE_MS 5000
 
 static int64_t mono_ms(void)
 {
@@ -137,6 +137,8 @@ typedef struct exec_ctx {
     int64_t start_ms;
     bool ended;
     bool record;         /* write the end to the commands table */
+    char *argv_json;     /* set: no row yet, insert it whole at the end */
+    int64_t started_wall;
     /* ndjson streaming */
     char *pending;
     size_t pending_len, pending_off;
@@ -154,6 +156,7 @@ static void ctx_free(void *p)
     if (c->b)
         sbx_reg_put(&c->d->reg, c->b);
     free(c->pending);
+    free(c->argv_json);
     free(c);
 }
 
@@ -183,7 +186,10 @@ static int decode_exit(exec_ctx *c, const uint8_t *p, size_t len, exit_info *x)
         return -1;
     x->timed_out = flags & SBX_EXIT_TIMED_OUT;
     x->oom = x->sig == SIGKILL && !x->timed_out && sbx_cgroup_oom_kills(&c->b->cg) > c->oom_before;
-    if (c->record)
+    if (c->record && c->argv_json)
+        sbx_store_cmd_record(c->d->store, c->b->id, c->pid, c->argv_json, false, c->started_wall, sbx_now_wall_ms(),
+                             x->sig ? -1 : x->code, x->sig);
+    else if (c->record)
         sbx_store_cmd_end(c->d->store, c->b->id, c->pid, x->sig ? -1 : x->code, x->sig, sbx_now_wall_ms());
     return 0;
 }
@@ -589,8 +595,16 @@ void sbx_api_cmd_run(sbx_req *r)
         json_array_append_new(jv, json_string(argv[i]) ? json_string(argv[i]) : json_string("?"));
     char *argv_json = json_dumps(jv, JSON_COMPACT);
     json_decref(jv);
-    sbx_store_cmd_start(r->d->store, c->b->id, c->pid, argv_json ? argv_json : "[]", background, sbx_now_wall_ms());
-    free(argv_json);
+    c->started_wall = sbx_now_wall_ms();
+    /* A waited-for command is recorded in one write when it ends (the
+     * exec path's latency is mostly writes otherwise); one that outlives
+     * this request is recorded now, and its end when a client sees it. */
+    if (!background && !nd) {
+        c->argv_json = argv_json ? argv_json : strdup("[]");
+    } else {
+        sbx_store_cmd_start(r->d->store, c->b->id, c->pid, argv_json ? argv_json : "[]", background, c->started_wall);
+        free(argv_json);
+    }
     if (stdin_data && send_stdin(c->fd, stdin_data, stdin_len) < 0) {
         sbx_reply_error(r, 409, "conflict", "the command ended before reading its stdin");
         goto out;

@@ -121,9 +121,9 @@ void sbx_api_sandbox_create(sbx_req *r)
     row.pids = (uint32_t) pids;
     if (sbx_reg_create(&r->d->reg, &row, &err) < 0) {
         sbx_log("error", "event=create_failed error=\"%s\"", err.msg);
-        sbx_reply_error(r, err.errno_ == EAGAIN || err.errno_ == ENOMEM ? 503 : 500,
-                        err.errno_ == EAGAIN || err.errno_ == ENOMEM ? "unavailable" : "internal",
-                        "cannot create the sandbox: %s", err.msg);
+        /* the host (memory, pids, cgroups) or the new sandbox's sbx-init
+         * failed: a condition to retry later, not a bug of the request */
+        sbx_reply_error(r, 503, "unavailable", "cannot create the sandbox: %s", err.msg);
         sbx_box_row_free(&row);
         goto out;
     }

@@ -375,6 +375,16 @@ int sbx_store_cmd_start(sbx_store *st, const char *box, int pid, const char *arg
                                         "sisii", box, (int64_t) pid, argv_json, (int64_t) background, now_ms)));
 }
 
+int sbx_store_cmd_record(sbx_store *st, const char *box, int pid, const char *argv_json, bool background,
+                         int64_t started_ms, int64_t ended_ms, int exit_code, int sig)
+{
+    return LOCKED(st, exec_stmt(st, run(st,
+                                        "INSERT INTO commands(sandbox_id, pid, argv, background, started_at, "
+                                        "ended_at, exit_code, signal) VALUES(?,?,?,?,?,?,?,?)",
+                                        "sisiiiii", box, (int64_t) pid, argv_json, (int64_t) background, started_ms,
+                                        ended_ms, (int64_t) exit_code, (int64_t) sig)));
+}
+
 int sbx_store_cmd_end(sbx_store *st, const char *box, int pid, int exit_code, int sig, int64_t now_ms)
 {
     return LOCKED(st, exec_stmt(st, run(st,

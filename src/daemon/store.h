@@ -72,6 +72,9 @@ int sbx_store_box_set_usage(sbx_store *st, const char *id, double cpu_seconds, d
 /* ---- commands, events, usage ---- */
 int sbx_store_cmd_start(sbx_store *st, const char *box, int pid, const char *argv_json, bool background,
                         int64_t now_ms);
+/* A command that ran to its end while the client waited: one write. */
+int sbx_store_cmd_record(sbx_store *st, const char *box, int pid, const char *argv_json, bool background,
+                         int64_t started_ms, int64_t ended_ms, int exit_code, int sig);
 int sbx_store_cmd_end(sbx_store *st, const char *box, int pid, int exit_code, int sig, int64_t now_ms);
 void sbx_store_event(sbx_store *st, const char *box, const char *key_id, const char *kind, const char *detail);
 /* {sandbox_seconds, vcpu_seconds, gib_seconds, sandboxes_created} of one key */
