@@ -202,8 +202,12 @@ int sbx_template_open(sbx_template *tpl, const char *home, const char *name, uid
     if (snprintf(tpl->rootfs, sizeof tpl->rootfs, "%s/templates/%s/rootfs", home, name) >= (int) sizeof tpl->rootfs)
         return sbx_error_set(err, ENAMETOOLONG, "template path");
     struct stat st;
-    if (stat(tpl->rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
-        return sbx_error_set(err, 0, "template '%s' not found (no directory %s)", name, tpl->rootfs);
+    if (stat(tpl->rootfs, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        sbx_error_set(err, 0, "template '%s' not found (no directory %s)", name, tpl->rootfs);
+        if (err)
+            err->errno_ = ENOENT; /* callers tell "unknown" from other failures; the message says it already */
+        return -1;
+    }
     return 0;
 }
 
