@@ -24,7 +24,7 @@ typedef struct file_ctx {
     int fd;
     bool failed;       /* the sandbox side stopped taking data */
     uint64_t size, sent;
-    uint8_t *piece;    /* download: a received DATA payload */
+    uint8_t *piece;    /* download: a received DATA payload; upload: bytes being gathered */
     size_t piece_len, piece_off;
     bool done;
 } file_ctx;
@@ -164,21 +164,36 @@ void sbx_api_file_put_begin(sbx_req *r)
     free(p);
 }
 
+/* Send what is gathered as one DATA frame. */
+static void put_flush(file_ctx *c)
+{
+    if (c->piece_len && !c->failed && sbx_agent_send(c->fd, SBX_MSG_DATA, c->piece, c->piece_len) < 0)
+        c->failed = true; /* the worker gave up (disk full...): its ERROR frame says why */
+    c->piece_len = 0;
+}
+
 void sbx_api_file_put_data(sbx_req *r, const char *data, size_t len)
 {
     file_ctx *c = r->ctx;
     if (!c || c->failed || c->fd < 0)
         return;
-    for (size_t off = 0; off < len;) {
-        size_t n = len - off > PIECE ? PIECE : len - off;
-        if (sbx_agent_send(c->fd, SBX_MSG_DATA, data + off, n) < 0) {
-            /* the worker gave up (disk full...): its ERROR frame says why */
-            c->failed = true;
-            return;
-        }
-        off += n;
+    /* libmicrohttpd hands the body over in pieces of its read buffer (tens
+     * of KiB); gathering them into PIECE-sized frames keeps the frames, and
+     * the worker's write() calls, few and large. */
+    if (!c->piece && !(c->piece = malloc(PIECE))) {
+        c->failed = true;
+        return;
     }
-    c->sent += len;
+    while (len && !c->failed) {
+        size_t n = PIECE - c->piece_len < len ? PIECE - c->piece_len : len;
+        memcpy(c->piece + c->piece_len, data, n);
+        c->piece_len += n;
+        data += n;
+        len -= n;
+        c->sent += n;
+        if (c->piece_len == PIECE)
+            put_flush(c);
+    }
 }
 
 void sbx_api_file_put(sbx_req *r)
@@ -188,6 +203,7 @@ void sbx_api_file_put(sbx_req *r)
         sbx_reply_error(r, 500, "internal", "upload without a sandbox connection");
         return;
     }
+    put_flush(c);
     if (!c->failed)
         sbx_agent_send(c->fd, SBX_MSG_DATA_END, NULL, 0);
     uint32_t type;

@@ -195,21 +195,19 @@ static void op_write(const char *abs, uint32_t mode)
         fail(errno, "create %s", abs);
     sbx_ctl_send(conn, SBX_MSG_OK, NULL, 0);
     uint64_t size = 0;
+    static uint8_t buf[SBX_CTL_MAX_FRAME];
     for (;;) {
         uint32_t type;
-        uint8_t *p = NULL;
         size_t len;
-        r = sbx_ctl_recv(conn, &type, &p, &len);
+        r = sbx_ctl_recv_buf(conn, &type, buf, sizeof buf, &len);
         if (r <= 0 || (type != SBX_MSG_DATA && type != SBX_MSG_DATA_END)) {
             unlink(tmp);
             _exit(1); /* upload abandoned: the old file stays */
         }
-        if (type == SBX_MSG_DATA_END) {
-            free(p);
+        if (type == SBX_MSG_DATA_END)
             break;
-        }
         for (size_t off = 0; off < len;) {
-            ssize_t w = write(fd, p + off, len - off);
+            ssize_t w = write(fd, buf + off, len - off);
             if (w < 0 && errno == EINTR)
                 continue;
             if (w < 0) {
@@ -220,7 +218,6 @@ static void op_write(const char *abs, uint32_t mode)
             off += (size_t) w;
         }
         size += len;
-        free(p);
     }
     if (fchmod(fd, mode & 07777) < 0 || close(fd) < 0) {
         int e = errno;

@@ -379,6 +379,21 @@ fail:
     return ret;
 }
 
+int sbx_ctl_recv_buf(int fd, uint32_t *type, uint8_t *buf, size_t cap, size_t *len)
+{
+    struct frame_header h;
+    ssize_t r = read_all(fd, &h, sizeof h, NULL, NULL);
+    if (r <= 0)
+        return (int) r;
+    if (h.len > cap)
+        return -EPROTO;
+    if (h.len && (r = read_all(fd, buf, h.len, NULL, NULL)) <= 0)
+        return r == 0 ? -EPROTO : (int) r;
+    *type = h.type;
+    *len = h.len;
+    return 1;
+}
+
 void sbx_exec_req_encode(sbx_buf *b, uint32_t uid, uint32_t gid, uint32_t flags, uint32_t timeout_s,
                          const char *cwd, char *const *argv, char *const *envp)
 {

@@ -138,6 +138,11 @@ int sbx_ctl_send_fds(int fd, uint32_t type, const void *payload, size_t len, con
  * arrive with it are closed: use sbx_ctl_recv_fds to accept them. */
 int sbx_ctl_recv(int fd, uint32_t *type, uint8_t **payload, size_t *len);
 
+/* Receive one frame into the caller's buffer (no allocation: for bulk data,
+ * where a fresh 512 KiB buffer per frame would cost page faults);
+ * -EPROTO if the payload exceeds cap. */
+int sbx_ctl_recv_buf(int fd, uint32_t *type, uint8_t *buf, size_t cap, size_t *len);
+
 /* Same, keeping up to SBX_CTL_MAX_FDS received descriptors (close-on-exec)
  * in fds[], their number in *nfds. */
 int sbx_ctl_recv_fds(int fd, uint32_t *type, uint8_t **payload, size_t *len, int *fds, int *nfds);
