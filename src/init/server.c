@@ -84,6 +84,18 @@ static void flush(conn *k)
     k->out.len = k->out_off = 0;
 }
 
+/* Drop what was sent from the front of the buffer: sbx_buf refuses to grow
+ * past one frame's size, and a client that never drains completely would
+ * otherwise keep it growing until it does. */
+static void compact(conn *k)
+{
+    if (!k->out_off)
+        return;
+    memmove(k->out.data, k->out.data + k->out_off, k->out.len - k->out_off);
+    k->out.len -= k->out_off;
+    k->out_off = 0;
+}
+
 static void restart_zygote(void)
 {
     sbx_zygote_stop(&zyg);
@@ -109,6 +121,7 @@ static void pump(conn *k)
     sbx_cmd *c = k->att;
     if (!c || k->dead)
         return;
+    compact(k);
     while (k->out.len - k->out_off < OUT_LOW_WATER) {
         sbx_chunk *ch = NULL;
         if (k->nextp && k->nextp->seq == k->next_seq)
