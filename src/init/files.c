@@ -19,6 +19,7 @@
 #define IO_CHUNK (512u << 10)
 #define LIST_MAX_ENTRIES 100000
 #define LIST_MAX_DEPTH 16
+#define SIZELESS_MAX (16u << 20) /* largest file without a size (procfs) we read */
 
 static int conn = -1;
 
@@ -147,6 +148,38 @@ static void op_read(const char *abs)
     if (!S_ISREG(st.st_mode))
         fail(EINVAL, "%s is not a regular file", abs);
     fcntl(fd, F_SETFL, 0);
+    if (st.st_size == 0) {
+        /* procfs and sysfs-like files say 0 and have content: read it all
+         * first (bounded) so the size announced is the size sent */
+        size_t cap = 1u << 16, n = 0;
+        uint8_t *all = malloc(cap);
+        for (;;) {
+            if (!all)
+                fail(ENOMEM, "read %s", abs);
+            ssize_t r = read(fd, all + n, cap - n);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0)
+                fail(errno, "read %s", abs);
+            if (r == 0)
+                break;
+            n += (size_t) r;
+            if (n == cap) {
+                if (cap >= SIZELESS_MAX)
+                    fail(EFBIG, "%s reports no size and has more than %u bytes", abs, SIZELESS_MAX);
+                all = realloc(all, cap *= 2);
+            }
+        }
+        sbx_buf b = { 0 };
+        sbx_buf_put_u64(&b, n);
+        sbx_buf_put_str(&b, abs);
+        send_buf(SBX_MSG_OK, &b);
+        for (size_t off = 0; off < n; off += IO_CHUNK)
+            if (sbx_ctl_send(conn, SBX_MSG_DATA, all + off, n - off < IO_CHUNK ? n - off : IO_CHUNK) < 0)
+                _exit(1);
+        sbx_ctl_send(conn, SBX_MSG_DATA_END, NULL, 0);
+        return;
+    }
     sbx_buf b = { 0 };
     sbx_buf_put_u64(&b, (uint64_t) st.st_size);
     sbx_buf_put_str(&b, abs);
@@ -184,13 +217,23 @@ static void op_write(const char *abs, uint32_t mode)
         mode = 0644;
     /* Written next to the target and renamed over it at the end: a failed
      * or interrupted upload leaves the old file (or none), never half a
-     * file, and readers never see a partial one. */
-    char tmp[PATH_MAX + 64];
+     * file, and readers never see a partial one.  Everything happens
+     * relative to the parent directory opened once, so a parent swapped
+     * for a symlink mid-transfer changes nothing: the file lands in the
+     * directory that was opened, and a failure removes the temporary file
+     * from there. */
     const char *slash = strrchr(abs, '/');
-    snprintf(tmp, sizeof tmp, "%.*s/.sbx-upload-%d", (int) (slash - abs), abs, (int) getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%.*s", slash == abs ? 1 : (int) (slash - abs), abs);
+    const char *name = slash + 1;
+    int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        fail(errno, "%s", parent);
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".sbx-upload-%d", (int) getpid());
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST && unlinkat(dfd, tmp, 0) == 0)
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         fail(errno, "create %s", abs);
     sbx_ctl_send(conn, SBX_MSG_OK, NULL, 0);
@@ -201,7 +244,7 @@ static void op_write(const char *abs, uint32_t mode)
         size_t len;
         r = sbx_ctl_recv_buf(conn, &type, buf, sizeof buf, &len);
         if (r <= 0 || (type != SBX_MSG_DATA && type != SBX_MSG_DATA_END)) {
-            unlink(tmp);
+            unlinkat(dfd, tmp, 0);
             _exit(1); /* upload abandoned: the old file stays */
         }
         if (type == SBX_MSG_DATA_END)
@@ -212,7 +255,7 @@ static void op_write(const char *abs, uint32_t mode)
                 continue;
             if (w < 0) {
                 int e = errno;
-                unlink(tmp);
+                unlinkat(dfd, tmp, 0);
                 fail(e, "write %s", abs);
             }
             off += (size_t) w;
@@ -221,12 +264,12 @@ static void op_write(const char *abs, uint32_t mode)
     }
     if (fchmod(fd, mode & 07777) < 0 || close(fd) < 0) {
         int e = errno;
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
         fail(e, "write %s", abs);
     }
-    if (rename(tmp, abs) < 0) {
+    if (renameat(dfd, tmp, dfd, name) < 0) {
         int e = errno;
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
         fail(e, "replace %s", abs);
     }
     sbx_buf b = { 0 };
