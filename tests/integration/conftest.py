@@ -138,3 +138,13 @@ def hostdir(tmp_root, request):
     os.chmod(d, 0o755)
     yield pathlib.Path(d)
     shutil.rmtree(d, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# sbxd REST API tests (test_api_*.py): fixtures live in sbxd_fixture.py
+
+from sbxd_fixture import api, make_sbxd, other, sandbox, sbxd_daemon, scope  # noqa: E402,F401
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long-running API test (with its own time budget)")
