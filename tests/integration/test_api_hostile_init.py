@@ -206,4 +206,5 @@ def test_endless_output_is_capped_and_the_daemon_stays_small(daemon):
                 got += len(line)
                 if got > 20 << 20:
                     break
-    assert rss() - before < 64 << 10, f"sbxd grew by {(rss() - before) >> 10} MiB"
+    if os.environ.get("SBX_SANITIZED") != "1":  # ASan's quarantine holds freed memory
+        assert rss() - before < 64 << 10, f"sbxd grew by {(rss() - before) >> 10} MiB"

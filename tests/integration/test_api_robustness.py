@@ -111,7 +111,8 @@ def test_200_cycles_leave_nothing_and_sbxd_does_not_grow(make_sbxd):
         time.sleep(0.1)
     assert leftovers(d.home, ids, whole_run_dir=True) == {}
     assert c.get("/v1/sandboxes").json()["sandboxes"] == []
-    assert after - before < 20 * 1024, f"sbxd RSS grew from {before} KiB to {after} KiB"
+    if os.environ.get("SBX_SANITIZED") != "1":  # ASan's quarantine holds freed memory
+        assert after - before < 20 * 1024, f"sbxd RSS grew from {before} KiB to {after} KiB"
     # the fds of sbxd did not accumulate either
     nfd = len(os.listdir(f"/proc/{d.pid}/fd"))
     assert nfd < 64, f"sbxd has {nfd} open fds after 200 cycles"
