@@ -186,9 +186,12 @@ void sbx_cmd_kill_tree(sbx_cmd *c)
 {
     enum { MAX = 8192 };
     static pid_t pids[MAX], ppids[MAX], tree[MAX];
-    kill(-c->pid, SIGKILL);
+    /* Freeze the group first, then walk the tree, then kill: killing first
+     * would re-parent a child that left the group (setsid) to PID 1 before
+     * the walk could find it through its parent. */
+    kill(-c->pid, SIGSTOP);
     if (!c->exited)
-        kill(c->pid, SIGKILL);
+        kill(c->pid, SIGSTOP);
     /* Descendants that left the process group (setsid, setpgid) are still
      * found by parentage, as long as their ancestors live.  A few passes
      * catch processes forked while we looked. */
@@ -215,6 +218,9 @@ void sbx_cmd_kill_tree(sbx_cmd *c)
         if (!killed)
             break;
     }
+    kill(-c->pid, SIGKILL);
+    if (!c->exited)
+        kill(c->pid, SIGKILL);
 }
 
 int sbx_cmd_tick(void)

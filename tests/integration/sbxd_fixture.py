@@ -17,6 +17,15 @@ check fails.
 
 Scopes: `Scope` tracks what one test created, so the shared session daemon
 can check per test; `Sbxd.close()` checks the whole daemon at the end.
+
+Each Sbxd nests its sandboxes' cgroups under a private parent
+(SBX_CGROUP_PARENT=/sbx-api-<name>, made here in the memory, cpu and pids
+hierarchies and removed at the end).  Without it they would sit directly
+under our own cgroup, which for cpu and pids is the root on this host: there
+the leak clean-up of other test sessions running at the same time (sbxtest.
+LeakChecker removes every *new* empty sbx-* cgroup next to its own) removes
+a sandbox's freshly made, still empty init cgroup, and the create fails with
+"leave the work cgroup: No such device".
 """
 
 import base64
@@ -41,6 +50,7 @@ ENV_KEY = "api-tests-env-key-0123456789abcdef"
 T = 60  # default HTTP timeout: a hung sbxd fails a test, not the run
 NDJSON = "application/x-ndjson"
 ID_RE = re.compile(r"sbx-([0-9a-f]{32})")
+CG_V1_CONTROLLERS = ("memory", "cpu", "pids")  # what sbx uses on cgroup v1
 
 
 def sbxd_bin():
@@ -190,18 +200,31 @@ class Sbxd:
         self.args = list(args)
         self.log_path = os.path.join(self.dir, "sbxd.log")
         self.proc = None
+        self.stopping = False
         self.url = None
         self.keys = {"env": ENV_KEY}   # name -> key, every key that may own sandboxes
         self.revoked = set()
         self.created = []              # every sandbox id created through this daemon
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith("SBX_") and "proxy" not in k.lower()}
+        self.cg_parent = "/" + os.path.basename(self.dir)
+        self.cg_dirs = []
+        for ctrl in CG_V1_CONTROLLERS:
+            top = os.path.join("/sys/fs/cgroup", ctrl)
+            if os.path.isdir(top) and os.path.ismount(top):
+                os.mkdir(top + self.cg_parent)
+                self.cg_dirs.append(top + self.cg_parent)
+        if self.cg_dirs:
+            self.env["SBX_CGROUP_PARENT"] = self.cg_parent
         self.env.update(SBX_API_KEY=ENV_KEY, SBX_UID_BASE=str(API_UID_BASE))
         self.start()
 
     # -- process
     def start(self, timeout=30):
         assert self.proc is None or self.proc.poll() is not None, "sbxd already running"
+        died = self.died()
+        assert died is None, died
+        self.stopping = False
         offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         log = open(self.log_path, "ab")
         try:
@@ -239,6 +262,7 @@ class Sbxd:
         """Stop sbxd (only this pid); sandboxes are left running on purpose."""
         if not self.running():
             return self.proc.returncode if self.proc else None
+        self.stopping = True
         self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout=timeout)
@@ -298,9 +322,20 @@ class Sbxd:
                 return left
             time.sleep(0.05)
 
+    def died(self):
+        """A problem line if sbxd exited without being asked to, else None."""
+        if self.proc is not None and self.proc.poll() is not None and not self.stopping:
+            tail = "\n".join(self.log().splitlines()[-15:])
+            return f"sbxd (pid {self.proc.pid}) exited on its own with status {self.proc.returncode}:\n{tail}"
+        return None
+
     def close(self):
         """Delete everything through the API, stop sbxd, assert nothing leaked."""
         problems = []
+        died = self.died()
+        if died:
+            problems.append(died)
+            self.stopping = True  # reported: restart it to delete through the API
         try:
             if not self.running():
                 self.start()
@@ -316,6 +351,13 @@ class Sbxd:
         if left:
             force_clean(self.created)
             problems.append(f"left behind after DELETE of every sandbox: {left}")
+        for d in self.cg_dirs:
+            try:
+                os.rmdir(d)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                problems.append(f"cgroup parent {d} not removable: {e} ({os.listdir(d)})")
         if not problems:
             shutil.rmtree(self.dir, ignore_errors=True)
         else:
@@ -340,6 +382,16 @@ class Scope:
     def finish(self):
         d = self.daemon
         problems = []
+        died = d.died()
+        if died:
+            # report it, and restart it (same home: it re-attaches) so that the
+            # sandboxes can be deleted and the next tests can run
+            problems.append(died)
+            d.stopping = True
+            try:
+                d.start()
+            except AssertionError as e:
+                problems.append(str(e))
         if d.running():
             for key in self.keys:
                 if key not in [d.keys[n] for n in d.keys if n not in d.revoked]:
@@ -479,7 +531,9 @@ def event_data(ev):
 def events(resp, until_end=True, timeout=None):
     """Yield (monotonic arrival time, event) from an ndjson response, as the
     lines arrive; each line must be a JSON object."""
-    assert resp.status_code == 200, (resp.status_code, resp.text[:500] if not resp.raw else "")
+    if resp.status_code != 200:
+        raise AssertionError(f"stream: {resp.status_code} {resp.text[:500]}")
+    assert resp.headers.get("Content-Type", "").startswith(NDJSON), resp.headers
     deadline = None if timeout is None else time.monotonic() + timeout
     for line in resp.iter_lines(chunk_size=None):
         if not line:

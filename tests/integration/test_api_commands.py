@@ -181,6 +181,20 @@ def test_timeout_kills_the_process_tree(api, sandbox):
     assert wait_until(lambda: sleeps(api, sid) == [], 2), f"sleeps left: {sleeps(api, sid)}"
 
 
+def test_timeout_kills_descendants_that_left_the_group(api, sandbox):
+    """The timeout kills the tree like DELETE does: a setsid child too.
+    Several rounds: killing a tree is racy."""
+    sid = sandbox["id"]
+    for i in range(4):
+        res = api.run(sid, "setsid sleep 300 & sh -c 'sleep 300 & wait' & wait", timeout_s=1)
+        assert res["timed_out"] is True, res
+        left = wait_until(lambda: sleeps(api, sid) == [], 2) or sleeps(api, sid)
+        if left is not True:
+            ps = api.sh(sid, "ps -eo pid,ppid,pgid,sid,args")
+            api.run(sid, "pkill -9 -x sleep")
+            raise AssertionError(f"round {i}: sleeps left after the timeout: {left}\n{ps}")
+
+
 def test_command_not_found_is_127(api, sandbox):
     sid = sandbox["id"]
     res = api.run(sid, ["/no/such/program", "arg"])
@@ -386,17 +400,23 @@ def test_signal_other_names(api, sandbox):
     assert rest[-1]["type"] == "end" and rest[-1]["exit_code"] == 7
 
 
-@pytest.mark.parametrize("script", ["sleep 300 & sleep 300 & wait",
-                                    "setsid sleep 300 & sh -c 'sleep 300 & wait' & wait"])
-def test_delete_command_kills_the_whole_tree(api, sandbox, script):
+@pytest.mark.parametrize("script,rounds", [("sleep 300 & sleep 300 & wait", 3),
+                                           ("setsid sleep 300 & sh -c 'sleep 300 & wait' & wait", 10)])
+def test_delete_command_kills_the_whole_tree(api, sandbox, script, rounds):
+    """DELETE kills the process group and every descendant, also one that
+    left the group (setsid).  Several rounds: killing a tree is racy."""
     sid = sandbox["id"]
-    pid = api.background(sid, ["sh", "-c", script])
-    assert wait_until(lambda: len(sleeps(api, sid)) == 2, 3), sleeps(api, sid)
-    r = api.delete(cmd_url(sid, f"/{pid}"))
-    assert r.status_code == 204, r.text
-    assert wait_until(lambda: sleeps(api, sid) == [], 2), f"left: {sleeps(api, sid)}"
-    c = wait_until(lambda: (lambda c: c if not c["running"] else None)(list_cmds(api, sid)[pid]), 2)
-    assert c and c["signal"] == 9 and c["exit_code"] is None, list_cmds(api, sid)[pid]
+    for i in range(rounds):
+        pid = api.background(sid, ["sh", "-c", script])
+        assert wait_until(lambda: len(sleeps(api, sid)) == 2, 3), sleeps(api, sid)
+        r = api.delete(cmd_url(sid, f"/{pid}"))
+        assert r.status_code == 204, r.text
+        left = wait_until(lambda: sleeps(api, sid) == [], 2) or sleeps(api, sid)
+        if left is not True:
+            ps = api.sh(sid, "ps -eo pid,ppid,pgid,sid,args")
+            raise AssertionError(f"round {i}: sleeps left after DELETE: {left}\n{ps}")
+        c = wait_until(lambda: (lambda c: c if not c["running"] else None)(list_cmds(api, sid)[pid]), 2)
+        assert c and c["signal"] == 9 and c["exit_code"] is None, list_cmds(api, sid)[pid]
 
 
 def test_unknown_pid_is_404(api, sandbox):
@@ -446,3 +466,41 @@ def test_commands_run_concurrently(api, sandbox):
         th.join()
     assert [r["stdout"] for r in results] == ["ok\n"] * 4
     assert time.monotonic() - t < 2.5
+
+
+def test_reattach_after_more_than_1mib_reports_dropped(api, sandbox):
+    """sbx-init keeps the last 1 MiB per command: a late re-attach gets a
+    "dropped" event for the older output, then exactly the newest bytes."""
+    sid = sandbox["id"]
+    total = 3 * MiB
+    pid = api.background(sid, f"head -c {total} /dev/urandom | od -An -v -tx1 | head -c {total}")
+    deadline = time.monotonic() + 20
+    while list_cmds(api, sid)[pid]["running"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with api.stream("GET", cmd_url(sid, f"/{pid}/stream")) as s:
+        evs, so, _ = collect(s)
+    dropped = [e for e in evs if e["type"] == "dropped"]
+    assert len(dropped) == 1, [e["type"] for e in evs]
+    assert dropped[0]["bytes"] + len(so) == total, (dropped[0], len(so))
+    assert MiB // 2 <= len(so) <= MiB
+    kinds = [e["type"] for e in evs]
+    assert kinds.index("dropped") < kinds.index("stdout")
+    assert evs[-1]["type"] == "end" and evs[-1]["exit_code"] == 0
+
+
+def test_stream_ends_with_error_when_the_sandbox_is_deleted(api, sandbox):
+    sid = sandbox["id"]
+    pid = api.background(sid, "echo up; sleep 60")
+    with api.stream("GET", cmd_url(sid, f"/{pid}/stream"), timeout=20) as s:
+        it = events(s)
+        _, first = next(it)
+        assert first["type"] == "start"
+        t = time.monotonic()
+        threading.Timer(0.5, lambda: api.daemon.client().delete(f"/v1/sandboxes/{sid}")).start()
+        rest = [e for _, e in it]
+        took = time.monotonic() - t
+    assert rest and rest[-1]["type"] in ("error", "end"), rest
+    if rest[-1]["type"] == "error":
+        assert isinstance(rest[-1]["code"], str) and isinstance(rest[-1]["message"], str)
+    assert took < 5, f"the stream took {took:.1f} s to notice the sandbox was deleted"

@@ -9,7 +9,6 @@ import threading
 import time
 import uuid
 
-import pytest
 
 from sbxd_fixture import assert_error
 
@@ -442,3 +441,15 @@ def test_symlink_swapped_during_upload_stays_inside(api, sandbox):
     temps = api.sh(sid, "find /home/user /tmp -name '.sbx-upload*'")
     assert temps == "", f"uploads that failed left temporary files: {temps.split()} ({results})"
     assert int(landed) == sum(1 for r in results if r == 200), (landed, results)
+
+
+def test_disk_full_is_507_and_leaves_no_half_file(api):
+    sid = api.create(disk_mb=8)["id"]
+    api.put_file(sid, "small.bin", b"s" * 1000)
+    r = api.put(files(sid), params={"path": "huge.bin"}, data=PRNGStream(20 * MiB, 7), timeout=60)
+    assert_error(r, 507, "insufficient_storage")
+    assert api.sh(sid, "ls -A").split() == ["small.bin"]
+    # and the sandbox's own writes see ENOSPC too, while the sandbox lives on
+    res = api.run(sid, "head -c 20000000 /dev/zero > fill.bin")
+    assert res["exit_code"] != 0 and "space" in res["stderr"].lower(), res
+    assert api.sh(sid, "rm fill.bin; echo ok") == "ok\n"

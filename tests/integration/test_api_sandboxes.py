@@ -5,7 +5,6 @@ import datetime
 import json
 import os
 import re
-import time
 
 import pytest
 
@@ -320,3 +319,20 @@ def test_other_key_sees_a_plain_404(api, other):
     assert api.run(sid, "test -e /tmp/pwned || test -e b.txt || test -e bdir")["exit_code"] == 1
     cmds = {c["pid"]: c for c in api.get(f"/v1/sandboxes/{sid}/commands").json()["commands"]}
     assert cmds[pid]["running"] is True
+
+
+def test_parallel_creates(api):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i):
+        c = api.daemon.client(tracker=api.tracker)
+        r = c.create_raw({"metadata": {"par": str(i)}})
+        return r.status_code, r.json()
+
+    with ThreadPoolExecutor(8) as pool:
+        res = list(pool.map(one, range(16)))
+    assert [st for st, _ in res] == [201] * 16, res
+    got = {b["id"] for _, b in res}
+    assert len(got) == 16
+    for _, b in res:
+        assert api.sh(b["id"], "cat /etc/hostname").strip() == "sbx-" + b["id"][:12]
