@@ -6,6 +6,7 @@
  * the ~17 ms the dynamic loader costs once libcurl is in (bench/). */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "../lib/sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,41 +43,13 @@ static void usage(FILE *out)
                  "`sbx COMMAND --help` lists a command's options; `--json` prints sbxd's answers as is.\n");
 }
 
-/* sbx-client: $SBX_CLIENT, else next to this binary, else in
- * ../libexec/sbx/ (where `meson install` puts it); as sbx_find_init(). */
-static int find_client(char *out, size_t len)
-{
-    const char *env = getenv("SBX_CLIENT");
-    if (env && *env) {
-        snprintf(out, len, "%s", env);
-        return 0;
-    }
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n < 0)
-        return -1;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    static const char *const rel[] = { "/sbx-client", "/../libexec/sbx/sbx-client" };
-    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
-        snprintf(out, len, "%s%s", self, rel[i]);
-        if (access(out, X_OK) == 0)
-            return 0;
-    }
-    snprintf(out, len, "%s", self);
-    return -1;
-}
-
 /* Hand the whole command line to sbx-client; returns only on failure. */
 static int exec_client(char **argv)
 {
     char path[PATH_MAX];
-    if (find_client(path, sizeof path) < 0) {
-        fprintf(stderr,
-                "sbx: '%s' needs sbx-client, which is not next to %s nor in ../libexec/sbx (set SBX_CLIENT)\n",
-                argv[1], path);
+    sbx_error err = { 0 };
+    if (sbx_find_companion("sbx-client", "SBX_CLIENT", path, sizeof path, &err) < 0) {
+        fprintf(stderr, "sbx: '%s' needs sbx-client: %s\n", argv[1], err.msg);
         return SBX_EXIT_FAILURE;
     }
     execv(path, argv);

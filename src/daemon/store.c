@@ -273,16 +273,13 @@ int sbx_store_box_get(sbx_store *st, const char *id, sbx_box_row *out)
     return found;
 }
 
-int sbx_store_box_list(sbx_store *st, const char *key_id, const char *state, sbx_box_row **rows, size_t *n)
+/* Every row a prepared SELECT of BOX_COLUMNS yields (lock held by the
+ * caller); the statement is finalized. */
+static int collect_rows(sqlite3_stmt *s, sbx_box_row **rows, size_t *n)
 {
     *rows = NULL;
     *n = 0;
     size_t cap = 0;
-    pthread_mutex_lock(&st->lock);
-    sqlite3_stmt *s = run(st,
-                          "SELECT " BOX_COLUMNS " FROM sandboxes WHERE (?1 IS NULL OR key_id = ?1) AND (?2 IS NULL OR "
-                          "state = ?2) ORDER BY created_at",
-                          "ss", key_id, state);
     int ret = s ? 0 : -1;
     while (s && sqlite3_step(s) == SQLITE_ROW) {
         if (*n == cap) {
@@ -297,6 +294,17 @@ int sbx_store_box_list(sbx_store *st, const char *key_id, const char *state, sbx
         read_row(s, &(*rows)[(*n)++]);
     }
     sqlite3_finalize(s);
+    return ret;
+}
+
+int sbx_store_box_list(sbx_store *st, const char *key_id, const char *state, sbx_box_row **rows, size_t *n)
+{
+    pthread_mutex_lock(&st->lock);
+    int ret = collect_rows(run(st,
+                               "SELECT " BOX_COLUMNS " FROM sandboxes WHERE (?1 IS NULL OR key_id = ?1) AND (?2 IS NULL "
+                               "OR state = ?2) ORDER BY created_at",
+                               "ss", key_id, state),
+                           rows, n);
     pthread_mutex_unlock(&st->lock);
     return ret;
 }
@@ -327,25 +335,9 @@ int sbx_store_box_set_cleaned(sbx_store *st, const char *id)
 
 int sbx_store_box_list_uncleaned(sbx_store *st, sbx_box_row **rows, size_t *n)
 {
-    *rows = NULL;
-    *n = 0;
-    size_t cap = 0;
     pthread_mutex_lock(&st->lock);
-    sqlite3_stmt *s = run(st, "SELECT " BOX_COLUMNS " FROM sandboxes WHERE state != 'running' AND cleaned = 0", "");
-    int ret = s ? 0 : -1;
-    while (s && sqlite3_step(s) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            sbx_box_row *nr = realloc(*rows, cap * sizeof **rows);
-            if (!nr) {
-                ret = -1;
-                break;
-            }
-            *rows = nr;
-        }
-        read_row(s, &(*rows)[(*n)++]);
-    }
-    sqlite3_finalize(s);
+    int ret = collect_rows(
+        run(st, "SELECT " BOX_COLUMNS " FROM sandboxes WHERE state != 'running' AND cleaned = 0", ""), rows, n);
     pthread_mutex_unlock(&st->lock);
     return ret;
 }

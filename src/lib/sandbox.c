@@ -23,12 +23,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int sbx_find_init(char *out, size_t len, sbx_error *err)
+int sbx_find_companion(const char *name, const char *env_var, char *out, size_t len, sbx_error *err)
 {
-    const char *env = getenv("SBX_INIT");
+    const char *env = getenv(env_var);
     if (env && *env) {
         if (access(env, X_OK) < 0)
-            return sbx_error_set(err, errno, "SBX_INIT=%s", env);
+            return sbx_error_set(err, errno, "%s=%s", env_var, env);
         snprintf(out, len, "%s", env);
         return 0;
     }
@@ -40,13 +40,18 @@ int sbx_find_init(char *out, size_t len, sbx_error *err)
     char *slash = strrchr(self, '/');
     if (slash)
         *slash = '\0';
-    static const char *const rel[] = { "/sbx-init", "/../libexec/sbx/sbx-init" };
+    static const char *const rel[] = { "", "/../libexec/sbx" };
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
-        snprintf(out, len, "%s%s", self, rel[i]);
+        snprintf(out, len, "%s%s/%s", self, rel[i], name);
         if (access(out, X_OK) == 0)
             return 0;
     }
-    return sbx_error_set(err, 0, "sbx-init not found next to %s or in ../libexec/sbx (set SBX_INIT)", self);
+    return sbx_error_set(err, 0, "%s not found next to %s or in ../libexec/sbx (set %s)", name, self, env_var);
+}
+
+int sbx_find_init(char *out, size_t len, sbx_error *err)
+{
+    return sbx_find_companion("sbx-init", "SBX_INIT", out, len, err);
 }
 
 struct child_args {

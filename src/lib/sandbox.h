@@ -44,6 +44,10 @@ typedef struct sbx_exit {
  * executable, else <prefix>/libexec/sbx/sbx-init. */
 int sbx_find_init(char *out, size_t len, sbx_error *err);
 
+/* The same search for any of sbx's programs: $ENV_VAR, else next to this
+ * executable, else <prefix>/libexec/sbx/NAME. */
+int sbx_find_companion(const char *name, const char *env_var, char *out, size_t len, sbx_error *err);
+
 /* With `watch`, a cleanup watcher (reaper.c) removes the cgroups even if
  * the caller is SIGKILLed: for short-lived callers such as `sbx run`. */
 int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template *tpl, const sbx_cg_host *host,
