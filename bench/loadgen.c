@@ -5,6 +5,7 @@
  *
  *   sbx-loadgen URL KEY roundtrip N   create -> exec `true` -> delete, N times
  *   sbx-loadgen URL KEY exec N        exec `true` N times in one sandbox
+ *   sbx-loadgen URL KEY info N        GET one sandbox N times: the API's own floor
  *   sbx-loadgen URL KEY upload FILE   PUT FILE into a sandbox, then GET it back
  *
  * Prints one JSON object: latencies in ms (p50, p90, p99, mean) or
@@ -167,7 +168,7 @@ static double transfer(const char *id, const char *file, bool up, size_t *bytes)
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec N | upload FILE\n");
+        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info N | upload FILE\n");
         return 2;
     }
     base = argv[1];
@@ -214,6 +215,20 @@ int main(int argc, char **argv)
         }
         delete (id);
         report("exec", v, n);
+    } else if (strcmp(argv[3], "info") == 0) {
+        if (create(id) < 0)
+            return 1;
+        char path[256];
+        snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
+        for (int i = 0; i < n + 10; i++) {
+            double t0 = now_ms();
+            if (request("GET", path, NULL) != 200)
+                return 1;
+            if (i >= 10)
+                v[i - 10] = now_ms() - t0;
+        }
+        delete (id);
+        report("info", v, n);
     } else {
         return 2;
     }

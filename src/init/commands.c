@@ -110,21 +110,20 @@ void sbx_cmd_read(sbx_cmd *c, int stream)
     int *fd = stream == 1 ? &c->fd_out : &c->fd_err;
     if (*fd < 0)
         return;
-    sbx_chunk *k = malloc(sizeof *k + SBX_CMD_CHUNK);
-    if (!k)
-        return; /* try again on the next wake-up */
-    ssize_t n = read(*fd, k->data, SBX_CMD_CHUNK);
+    /* Read into one static buffer and copy out only what came: a 64 KiB
+     * allocation per read is an mmap/munmap pair in musl, and each munmap
+     * is a TLB-flush IPI to the other CPU, on every command's EOF. */
+    static char buf[SBX_CMD_CHUNK];
+    ssize_t n = read(*fd, buf, sizeof buf);
     if (n <= 0) {
-        free(k);
         if (n == 0 || (errno != EAGAIN && errno != EINTR))
             close_fd(fd);
         return;
     }
-    /* Shrink to what was read: 1 MiB of buffer must not cost 64 KiB per
-     * one-byte write. */
-    sbx_chunk *s = realloc(k, sizeof *k + (size_t) n);
-    if (s)
-        k = s;
+    sbx_chunk *k = malloc(sizeof *k + (size_t) n);
+    if (!k)
+        return; /* the bytes are lost only if memory is: nothing better to do */
+    memcpy(k->data, buf, (size_t) n);
     k->next = NULL;
     k->seq = c->next_seq++;
     k->stream = (uint32_t) stream;

@@ -1,7 +1,7 @@
 """sbxd under hostile workloads, and over many sandbox lifetimes.
 
 A fork bomb, a memory hog or an output flood in one sandbox must not slow
-another client's exec in another sandbox; 200 create/exec/delete cycles
+another client's exec in another sandbox; 1000 create/exec/delete cycles
 must leave no socket, cgroup or process behind and not grow sbxd."""
 
 import os
@@ -86,7 +86,9 @@ def test_oom_kill_is_reported(api):
 
 
 @pytest.mark.slow
-def test_200_cycles_leave_nothing_and_sbxd_does_not_grow(make_sbxd):
+def test_1000_cycles_leave_nothing_and_sbxd_does_not_grow(make_sbxd):
+    """The issue's promise: nothing leaks across a thousand create/delete
+    cycles -- no process, cgroup, socket, mount, fd, row or memory."""
     d = make_sbxd()
     c = d.client()
     for _ in range(20):  # warm up allocator and caches
@@ -94,9 +96,11 @@ def test_200_cycles_leave_nothing_and_sbxd_does_not_grow(make_sbxd):
         c.run(sid, "true")
         assert c.delete(f"/v1/sandboxes/{sid}").status_code == 204
     before = rss_kib(d.pid)
+    mounts_before = open("/proc/self/mountinfo").read().count("\n")
+    nfd_before = len(os.listdir(f"/proc/{d.pid}/fd"))
     t0 = time.monotonic()
     ids = []
-    for i in range(200):
+    for i in range(1000):
         sid = c.create(metadata={"cycle": str(i)})["id"]
         ids.append(sid)
         res = c.run(sid, ["true"])
@@ -105,14 +109,17 @@ def test_200_cycles_leave_nothing_and_sbxd_does_not_grow(make_sbxd):
         assert r.status_code == 204, r.text
     elapsed = time.monotonic() - t0
     after = rss_kib(d.pid)
-    assert elapsed < 60, f"200 cycles took {elapsed:.1f} s"
+    assert elapsed < 300, f"1000 cycles took {elapsed:.1f} s"
     deadline = time.monotonic() + 10
     while leftovers(d.home, ids, whole_run_dir=True) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert leftovers(d.home, ids, whole_run_dir=True) == {}
     assert c.get("/v1/sandboxes").json()["sandboxes"] == []
+    # every one of them is recorded as ended, none is left "running"
+    gone = c.get("/v1/sandboxes?state=deleted").json()["sandboxes"]
+    assert {s["id"] for s in gone} >= set(ids[-50:])
+    assert open("/proc/self/mountinfo").read().count("\n") == mounts_before
     if os.environ.get("SBX_SANITIZED") != "1":  # ASan's quarantine holds freed memory
         assert after - before < 20 * 1024, f"sbxd RSS grew from {before} KiB to {after} KiB"
-    # the fds of sbxd did not accumulate either
     nfd = len(os.listdir(f"/proc/{d.pid}/fd"))
-    assert nfd < 64, f"sbxd has {nfd} open fds after 200 cycles"
+    assert nfd <= nfd_before + 2, f"sbxd has {nfd} open fds after 1000 cycles ({nfd_before} before)"
