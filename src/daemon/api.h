@@ -38,6 +38,11 @@ void sbx_api_file_move(sbx_req *r);
 /* api_pty.c */
 void sbx_api_pty(sbx_req *r);
 
+/* api_mcp.c: MCP's Streamable HTTP transport */
+void sbx_api_mcp_post(sbx_req *r);
+void sbx_api_mcp_get(sbx_req *r);
+void sbx_api_mcp_delete(sbx_req *r);
+
 /* api_system.c */
 void sbx_api_health(sbx_req *r);
 void sbx_api_usage(sbx_req *r);

@@ -19,35 +19,44 @@
 #include <unistd.h>
 
 static const sbx_route routes[] = {
-    { "GET", "/v1/health", SBX_BODY_NONE, true, sbx_api_health, NULL, NULL },
-    { "GET", "/v1/openapi.json", SBX_BODY_NONE, false, sbx_api_openapi, NULL, NULL },
-    { "GET", "/v1/usage", SBX_BODY_NONE, false, sbx_api_usage, NULL, NULL },
-    { "GET", "/metrics", SBX_BODY_NONE, false, sbx_api_prometheus, NULL, NULL },
-    { "POST", "/v1/sandboxes", SBX_BODY_JSON, false, sbx_api_sandbox_create, NULL, NULL },
-    { "GET", "/v1/sandboxes", SBX_BODY_NONE, false, sbx_api_sandbox_list, NULL, NULL },
-    { "GET", "/v1/sandboxes/{}", SBX_BODY_NONE, false, sbx_api_sandbox_get, NULL, NULL },
-    { "DELETE", "/v1/sandboxes/{}", SBX_BODY_NONE, false, sbx_api_sandbox_delete, NULL, NULL },
-    { "POST", "/v1/sandboxes/{}/timeout", SBX_BODY_JSON, false, sbx_api_sandbox_timeout, NULL, NULL },
-    { "GET", "/v1/sandboxes/{}/metrics", SBX_BODY_NONE, false, sbx_api_sandbox_metrics, NULL, NULL },
-    { "POST", "/v1/sandboxes/{}/commands", SBX_BODY_JSON, false, sbx_api_cmd_run, NULL, NULL },
-    { "GET", "/v1/sandboxes/{}/commands", SBX_BODY_NONE, false, sbx_api_cmd_list, NULL, NULL },
-    { "GET", "/v1/sandboxes/{}/commands/{}/stream", SBX_BODY_NONE, false, sbx_api_cmd_stream, NULL, NULL },
+    { "GET", "/v1/health", SBX_BODY_NONE, true, sbx_api_health, NULL, NULL, 0 },
+    { "GET", "/v1/openapi.json", SBX_BODY_NONE, false, sbx_api_openapi, NULL, NULL, 0 },
+    { "GET", "/v1/usage", SBX_BODY_NONE, false, sbx_api_usage, NULL, NULL, 0 },
+    { "GET", "/metrics", SBX_BODY_NONE, false, sbx_api_prometheus, NULL, NULL, 0 },
+    { "POST", "/v1/sandboxes", SBX_BODY_JSON, false, sbx_api_sandbox_create, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes", SBX_BODY_NONE, false, sbx_api_sandbox_list, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes/{}", SBX_BODY_NONE, false, sbx_api_sandbox_get, NULL, NULL, 0 },
+    { "DELETE", "/v1/sandboxes/{}", SBX_BODY_NONE, false, sbx_api_sandbox_delete, NULL, NULL, 0 },
+    { "POST", "/v1/sandboxes/{}/timeout", SBX_BODY_JSON, false, sbx_api_sandbox_timeout, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes/{}/metrics", SBX_BODY_NONE, false, sbx_api_sandbox_metrics, NULL, NULL, 0 },
+    { "POST", "/v1/sandboxes/{}/commands", SBX_BODY_JSON, false, sbx_api_cmd_run, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes/{}/commands", SBX_BODY_NONE, false, sbx_api_cmd_list, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes/{}/commands/{}/stream", SBX_BODY_NONE, false, sbx_api_cmd_stream, NULL, NULL, 0 },
     { "POST", "/v1/sandboxes/{}/commands/{}/stdin", SBX_BODY_STREAM, false, sbx_api_cmd_stdin,
-      sbx_api_cmd_stdin_begin, sbx_api_cmd_stdin_data },
+      sbx_api_cmd_stdin_begin, sbx_api_cmd_stdin_data, 0 },
     { "POST", "/v1/sandboxes/{}/commands/{}/stdin/close", SBX_BODY_NONE, false, sbx_api_cmd_stdin_close, NULL,
-      NULL },
-    { "POST", "/v1/sandboxes/{}/commands/{}/signal", SBX_BODY_JSON, false, sbx_api_cmd_signal, NULL, NULL },
-    { "DELETE", "/v1/sandboxes/{}/commands/{}", SBX_BODY_NONE, false, sbx_api_cmd_kill, NULL, NULL },
+      NULL, 0 },
+    { "POST", "/v1/sandboxes/{}/commands/{}/signal", SBX_BODY_JSON, false, sbx_api_cmd_signal, NULL, NULL, 0 },
+    { "DELETE", "/v1/sandboxes/{}/commands/{}", SBX_BODY_NONE, false, sbx_api_cmd_kill, NULL, NULL, 0 },
     { "PUT", "/v1/sandboxes/{}/files", SBX_BODY_STREAM, false, sbx_api_file_put, sbx_api_file_put_begin,
-      sbx_api_file_put_data },
-    { "GET", "/v1/sandboxes/{}/files", SBX_BODY_NONE, false, sbx_api_file_get, NULL, NULL },
-    { "DELETE", "/v1/sandboxes/{}/files", SBX_BODY_NONE, false, sbx_api_file_delete, NULL, NULL },
-    { "GET", "/v1/sandboxes/{}/files/list", SBX_BODY_NONE, false, sbx_api_file_list, NULL, NULL },
-    { "GET", "/v1/sandboxes/{}/files/stat", SBX_BODY_NONE, false, sbx_api_file_stat, NULL, NULL },
-    { "POST", "/v1/sandboxes/{}/files/mkdir", SBX_BODY_JSON, false, sbx_api_file_mkdir, NULL, NULL },
-    { "POST", "/v1/sandboxes/{}/files/move", SBX_BODY_JSON, false, sbx_api_file_move, NULL, NULL },
-    { "GET", "/v1/sandboxes/{}/pty", SBX_BODY_NONE, false, sbx_api_pty, NULL, NULL },
+      sbx_api_file_put_data, 0 },
+    { "GET", "/v1/sandboxes/{}/files", SBX_BODY_NONE, false, sbx_api_file_get, NULL, NULL, 0 },
+    { "DELETE", "/v1/sandboxes/{}/files", SBX_BODY_NONE, false, sbx_api_file_delete, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes/{}/files/list", SBX_BODY_NONE, false, sbx_api_file_list, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes/{}/files/stat", SBX_BODY_NONE, false, sbx_api_file_stat, NULL, NULL, 0 },
+    { "POST", "/v1/sandboxes/{}/files/mkdir", SBX_BODY_JSON, false, sbx_api_file_mkdir, NULL, NULL, 0 },
+    { "POST", "/v1/sandboxes/{}/files/move", SBX_BODY_JSON, false, sbx_api_file_move, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes/{}/pty", SBX_BODY_NONE, false, sbx_api_pty, NULL, NULL, 0 },
+    /* files_write carries its content in the JSON: room for 48 MiB of base64 */
+    { "POST", "/mcp", SBX_BODY_JSON, false, sbx_api_mcp_post, NULL, NULL, SBX_MCP_BODY_MAX },
+    { "GET", "/mcp", SBX_BODY_NONE, false, sbx_api_mcp_get, NULL, NULL, 0 },
+    { "DELETE", "/mcp", SBX_BODY_NONE, false, sbx_api_mcp_delete, NULL, NULL, 0 },
 };
+
+static size_t json_max(const sbx_route *route)
+{
+    return route->max_body ? route->max_body : SBX_JSON_MAX;
+}
 
 /* 1: path matches (captures filled), 0: not. */
 static int match(const char *pattern, const char *url, char arg[2][80])
@@ -423,6 +432,9 @@ static void first_call(sbx_req *r)
     }
     if (!r->route->public_ && !sbx_auth_check(r->d->store, sbx_header(r, "Authorization"), &r->key)) {
         sbx_reply_error(r, 401, "unauthorized", "missing or invalid API key (Authorization: Bearer KEY)");
+        /* RFC 6750; MCP clients look for it */
+        if (r->response)
+            MHD_add_response_header(r->response, "WWW-Authenticate", "Bearer realm=\"sbx\"");
         return;
     }
     const char *cl = sbx_header(r, "Content-Length");
@@ -432,8 +444,8 @@ static void first_call(sbx_req *r)
             sbx_reply_error(r, 415, "unsupported_media_type", "send the body as application/json");
             return;
         }
-        if (len > SBX_JSON_MAX) {
-            sbx_reply_error(r, 413, "too_large", "JSON bodies are limited to %u bytes", SBX_JSON_MAX);
+        if (len > json_max(r->route)) {
+            sbx_reply_error(r, 413, "too_large", "JSON bodies are limited to %zu bytes", json_max(r->route));
             return;
         }
     } else if (r->route->body == SBX_BODY_STREAM) {
@@ -474,8 +486,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_YES; /* an error is decided: swallow the rest */
         r->received += n;
         if (r->route->body == SBX_BODY_JSON) {
-            if (r->body_len + n > SBX_JSON_MAX) {
-                sbx_reply_error(r, 413, "too_large", "JSON bodies are limited to %u bytes", SBX_JSON_MAX);
+            if (r->body_len + n > json_max(r->route)) {
+                sbx_reply_error(r, 413, "too_large", "JSON bodies are limited to %zu bytes", json_max(r->route));
                 return MHD_YES;
             }
             char *b = realloc(r->body, r->body_len + n + 1);

@@ -20,6 +20,7 @@
 #include "store.h"
 
 #define SBX_JSON_MAX (1u << 20) /* request bodies of JSON endpoints */
+#define SBX_MCP_BODY_MAX ((size_t) 64 << 20) /* POST /mcp: files_write carries content */
 
 typedef struct sbx_daemon {
     sbx_store *store;
@@ -32,6 +33,11 @@ typedef struct sbx_daemon {
     uint64_t requests, errors_4xx, errors_5xx, created, commands;
     const char *openapi;      /* the document served at /v1/openapi.json */
     size_t openapi_len;
+    /* MCP (api_mcp.c) */
+    char self_url[320];       /* this daemon's REST API, for the MCP tools */
+    bool loopback;            /* listening on a loopback address: /mcp checks Host */
+    const char **mcp_origins; /* --mcp-allow-origin */
+    size_t n_mcp_origins;
 } sbx_daemon;
 
 typedef struct sbx_req sbx_req;
@@ -48,6 +54,7 @@ typedef struct sbx_route {
      * error), then with each piece of the body; the handler runs at the end */
     void (*begin)(sbx_req *r);
     void (*data)(sbx_req *r, const char *data, size_t len);
+    size_t max_body;          /* SBX_BODY_JSON: 0 is SBX_JSON_MAX */
 } sbx_route;
 
 struct sbx_req {

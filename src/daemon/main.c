@@ -20,6 +20,7 @@
 #include "../lib/sandbox.h"
 #include "../lib/userns.h"
 
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -50,6 +51,8 @@ static void usage(FILE *f)
             "  --max-sandboxes N       running sandboxes per API key (default %d)\n"
             "  --max-upload SIZE       largest file upload (default 4G)\n"
             "  --health-interval SECS  how often each sandbox is health-checked (default %d)\n"
+            "  --mcp-allow-origin URL  a browser Origin allowed to use /mcp besides localhost\n"
+            "                          (repeatable; see docs/mcp.md)\n"
             "  -h, --help, --version\n"
             "\n"
             "Environment: SBX_API_KEY (registered at start, for scripts and tests), SBX_HOME,\n"
@@ -142,6 +145,25 @@ static int keys_main(int argc, char **argv, const char *home)
     return 0;
 }
 
+/* Where the MCP tools reach this daemon's REST API: the bound address, with
+ * a wildcard replaced by loopback.  Also: is the listener loopback-only
+ * (then /mcp insists on a loopback Host header)? */
+static void self_url(const char *bound, sbx_daemon *d)
+{
+    if (strncmp(bound, "unix:", 5) == 0) {
+        snprintf(d->self_url, sizeof d->self_url, "%s", bound);
+        return;
+    }
+    const char *port = strrchr(bound, ':');
+    if (strncmp(bound, "0.0.0.0:", 8) == 0)
+        snprintf(d->self_url, sizeof d->self_url, "http://127.0.0.1%s", port);
+    else if (strncmp(bound, "[::]:", 5) == 0)
+        snprintf(d->self_url, sizeof d->self_url, "http://[::1]%s", port);
+    else
+        snprintf(d->self_url, sizeof d->self_url, "http://%s", bound);
+    d->loopback = strncmp(bound, "127.", 4) == 0 || strncmp(bound, "[::1]:", 6) == 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *home = getenv("SBX_HOME");
@@ -153,12 +175,13 @@ int main(int argc, char **argv)
     const char *listen = DEFAULT_LISTEN;
     sbx_daemon d = { .max_upload = DEFAULT_MAX_UPLOAD, .max_sandboxes = DEFAULT_MAX_SANDBOXES,
                      .health_interval = DEFAULT_HEALTH_INTERVAL };
-    enum { O_LISTEN = 256, O_HOME, O_MAXSB, O_MAXUP, O_HEALTH, O_VERSION };
+    enum { O_LISTEN = 256, O_HOME, O_MAXSB, O_MAXUP, O_HEALTH, O_VERSION, O_ORIGIN };
     static const struct option opts[] = {
         { "listen", required_argument, NULL, O_LISTEN },   { "home", required_argument, NULL, O_HOME },
         { "max-sandboxes", required_argument, NULL, O_MAXSB }, { "max-upload", required_argument, NULL, O_MAXUP },
         { "health-interval", required_argument, NULL, O_HEALTH }, { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, O_VERSION },       { NULL, 0, NULL, 0 },
+        { "version", no_argument, NULL, O_VERSION },       { "mcp-allow-origin", required_argument, NULL, O_ORIGIN },
+        { NULL, 0, NULL, 0 },
     };
     sbx_error err = { 0 };
     int c;
@@ -192,6 +215,14 @@ int main(int argc, char **argv)
             }
             d.health_interval = (unsigned) v;
             break;
+        case O_ORIGIN: {
+            const char **o = realloc(d.mcp_origins, (d.n_mcp_origins + 1) * sizeof *o);
+            if (!o)
+                return 1;
+            o[d.n_mcp_origins++] = optarg;
+            d.mcp_origins = o;
+            break;
+        }
         case O_VERSION:
             printf("sbxd %s\n", SBX_VERSION);
             return 0;
@@ -259,6 +290,11 @@ int main(int argc, char **argv)
     sigaddset(&mask, SIGINT);
     pthread_sigmask(SIG_BLOCK, &mask, NULL);
     char bound[300];
+    /* the MCP tools' REST client; libcurl wants this before threads */
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "sbxd: cannot initialise libcurl\n");
+        return 1;
+    }
     if (sbx_lifecycle_start(&d, &err) < 0) {
         sbx_error_print(&err, stderr);
         return 1;
@@ -268,6 +304,7 @@ int main(int argc, char **argv)
         sbx_error_print(&err, stderr);
         return 1;
     }
+    self_url(bound, &d);
     sbx_log("info", "event=listening address=%s home=%s cgroup=v%d sandboxes=%zu", bound, abs_home,
             host.mode == SBX_CG_V2 ? 2 : 1, sbx_reg_count(&d.reg, NULL));
     int sig;

@@ -15,7 +15,8 @@
 
 #include "../../lib/error.h"
 #include "../cli.h"
-#include "http.h"
+#include "../../mcp/mcp.h" /* _cleanup_json_ */
+#include "../../rest/http.h"
 
 #define SBX_EXIT_USAGE 2
 #define SBX_DEFAULT_URL "http://127.0.0.1:7700"
@@ -77,11 +78,6 @@ int sbx_cli_add_kv(json_t *obj, const char *opt, const char *arg, bool allow_hos
 /* "/v1/sandboxes/<id><suffix>" with the id escaped. */
 char *sbx_cli_sandbox_path(sbx_http *h, const char *id, const char *suffix, sbx_error *err);
 
-static inline void sbx_json_decrefp(json_t **j)
-{
-    json_decref(*j);
-}
-#define _cleanup_json_ __attribute__((cleanup(sbx_json_decrefp)))
 
 /* The verbs. */
 int sbx_client_create(sbx_cli *cli, int argc, char **argv);
@@ -93,5 +89,6 @@ int sbx_client_metrics(sbx_cli *cli, int argc, char **argv);
 int sbx_client_exec(sbx_cli *cli, int argc, char **argv);
 int sbx_client_cp(sbx_cli *cli, int argc, char **argv);
 int sbx_client_shell(sbx_cli *cli, int argc, char **argv);
+int sbx_client_mcp(sbx_cli *cli, int argc, char **argv); /* mcp_stdio.c */
 
 #endif

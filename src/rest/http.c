@@ -1,4 +1,4 @@
-/* http.c - the libcurl wrapper sbx-client talks to sbxd through; see http.h.
+/* http.c - the libcurl REST client of sbxd (used by sbx-client and the MCP server); see http.h.
  *
  * All requests share one easy handle, so consecutive requests reuse one
  * connection (`sbx cp` of a tree makes one request per file).  Each request
@@ -6,7 +6,7 @@
  * callback, a custom method) can leak into the next one. */
 #define _GNU_SOURCE
 #include "http.h"
-#include "../../lib/cleanup.h"
+#include "../lib/cleanup.h"
 
 #include <curl/curl.h>
 #include <ctype.h>

@@ -1,4 +1,4 @@
-/* http.h - sbx-client's HTTP layer: libcurl talking to sbxd's REST API.
+/* http.h - a REST client of sbxd: libcurl talking to its API, for sbx-client and the MCP tools.
  *
  * One function per kind of request.  Every function returns < 0 and fills
  * *err on failure; an error answer of the API ({"error":{"code","message"}})
@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../../lib/error.h"
+#include "../lib/error.h"
 
 typedef struct sbx_http sbx_http;
 
