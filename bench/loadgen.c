@@ -6,6 +6,9 @@
  *   sbx-loadgen URL KEY roundtrip N   create -> exec `true` -> delete, N times
  *   sbx-loadgen URL KEY exec N        exec `true` N times in one sandbox
  *   sbx-loadgen URL KEY info N        GET one sandbox N times: the API's own floor
+ *   sbx-loadgen URL KEY echo N        REST: {"cmd": "echo hi"} N times in one sandbox
+ *   sbx-loadgen URL KEY mcp N         MCP over Streamable HTTP: command_run of `echo hi`
+ *                                     N times (one session, one sandbox)
  *   sbx-loadgen URL KEY upload FILE   PUT FILE into a sandbox, then GET it back
  *
  * Prints one JSON object: latencies in ms (p50, p90, p99, mean) or
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -48,6 +52,52 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+static char session[128]; /* MCP-Session-Id of the last answer that had one */
+
+static size_t header(char *p, size_t size, size_t n, void *ud)
+{
+    (void) ud;
+    size_t len = size * n;
+    if (len > 16 && strncasecmp(p, "mcp-session-id:", 15) == 0) {
+        const char *v = p + 15;
+        while (*v == ' ')
+            v++;
+        size_t k = (size_t) (p + len - v);
+        while (k && (v[k - 1] == '\r' || v[k - 1] == '\n'))
+            k--;
+        snprintf(session, sizeof session, "%.*s", (int) k, v);
+    }
+    return len;
+}
+
+/* One JSON-RPC message to /mcp; returns the HTTP status, body in `body`. */
+static long mcp(const char *json)
+{
+    char url[1024], auth[512], sid[200];
+    snprintf(url, sizeof url, "%s/mcp", base);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+    snprintf(sid, sizeof sid, "MCP-Session-Id: %s", session);
+    struct curl_slist *h = curl_slist_append(NULL, auth);
+    h = curl_slist_append(h, "Content-Type: application/json");
+    h = curl_slist_append(h, "Accept: application/json, text/event-stream");
+    h = curl_slist_append(h, "MCP-Protocol-Version: 2025-11-25");
+    if (session[0])
+        h = curl_slist_append(h, sid);
+    curl_easy_reset(curl);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, header);
+    body_len = 0;
+    body[0] = '\0';
+    long status = 0;
+    if (curl_easy_perform(curl) == CURLE_OK)
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(h);
+    return status;
 }
 
 /* method + path + JSON body; returns the HTTP status, body in `body`. */
@@ -168,7 +218,7 @@ static double transfer(const char *id, const char *file, bool up, size_t *bytes)
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info N | upload FILE\n");
+        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info|echo|mcp N | upload FILE\n");
         return 2;
     }
     base = argv[1];
@@ -215,6 +265,42 @@ int main(int argc, char **argv)
         }
         delete (id);
         report("exec", v, n);
+    } else if (strcmp(argv[3], "echo") == 0) {
+        if (create(id) < 0)
+            return 1;
+        char path[256];
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/commands", id);
+        for (int i = 0; i < n + 10; i++) {
+            double t0 = now_ms();
+            if (request("POST", path, "{\"cmd\":\"echo hi\"}") != 200 || !strstr(body, "\"stdout\":\"hi\\n\""))
+                return fprintf(stderr, "exec failed: %s\n", body), 1;
+            if (i >= 10)
+                v[i - 10] = now_ms() - t0;
+        }
+        delete (id);
+        report("rest_echo", v, n);
+    } else if (strcmp(argv[3], "mcp") == 0) {
+        if (create(id) < 0)
+            return 1;
+        if (mcp("{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+                "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"loadgen\",\"version\":\"1\"}}}") != 200 ||
+            !session[0])
+            return fprintf(stderr, "initialize failed: %s\n", body), 1;
+        mcp("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+        char call[512];
+        for (int i = 0; i < n + 10; i++) {
+            snprintf(call, sizeof call,
+                     "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"tools/call\",\"params\":{\"name\":\"command_run\","
+                     "\"arguments\":{\"sandbox_id\":\"%s\",\"cmd\":\"echo hi\"}}}",
+                     i + 1, id);
+            double t0 = now_ms();
+            if (mcp(call) != 200 || !strstr(body, "\"stdout\":\"hi\\n\""))
+                return fprintf(stderr, "command_run failed: %s\n", body), 1;
+            if (i >= 10)
+                v[i - 10] = now_ms() - t0;
+        }
+        delete (id);
+        report("mcp_command_run_echo", v, n);
     } else if (strcmp(argv[3], "info") == 0) {
         if (create(id) < 0)
             return 1;

@@ -873,6 +873,8 @@ const size_t sbx_mcp_ntools = sizeof sbx_mcp_tools / sizeof *sbx_mcp_tools;
 
 static bool type_is(json_t *v, const char *t)
 {
+    if (!t)
+        return false;
     if (strcmp(t, "string") == 0)
         return json_is_string(v);
     if (strcmp(t, "integer") == 0)
@@ -892,7 +894,19 @@ static bool type_is(json_t *v, const char *t)
 
 static int check(json_t *schema, json_t *v, const char *where, char *msg, size_t len)
 {
-    const char *t = json_string_value(json_object_get(schema, "type"));
+    json_t *types = json_object_get(schema, "type");
+    if (json_is_array(types)) { /* ["integer", "null"]: any of them */
+        size_t i;
+        json_t *e;
+        bool any = false;
+        json_array_foreach(types, i, e) any |= type_is(v, json_string_value(e));
+        if (!any) {
+            _cleanup_free_ char *list = json_dumps(types, JSON_COMPACT);
+            snprintf(msg, len, "'%s' must be one of the types %s", where, list ? list : "listed");
+            return -1;
+        }
+    }
+    const char *t = json_string_value(types);
     if (t && !type_is(v, t)) {
         snprintf(msg, len, "'%s' must be %s %s", where, t[0] == 'a' || t[0] == 'i' || t[0] == 'o' ? "an" : "a", t);
         return -1;
