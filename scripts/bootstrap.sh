@@ -12,6 +12,7 @@ packages=(
   # tests
   libcmocka-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libsodium-dev libcurl4-openssl-dev libwslay-dev libssl-dev python3-requests python3 python3-pytest
   qemu-system-x86 busybox-static file   # the pure cgroup v2 test runs in a qemu guest
+  # (the MCP tests also need node and npm, checked below: machines may carry a newer Node)
   # benchmarks (peers run side by side)
   bubblewrap hyperfine util-linux
 )
@@ -30,5 +31,14 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The MCP tests run the official MCP clients (tests/mcp/, from the npm registry).  Node may
+# come from elsewhere than Debian (a newer release): only install Debian's when none is there.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  [[ $(id -u) -eq 0 ]] || { echo "bootstrap: need root to install nodejs and npm" >&2; exit 1; }
+  echo "bootstrap: installing nodejs npm"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 echo "bootstrap: all packages present"
