@@ -243,15 +243,38 @@ int main(int argc, char **argv)
     int n = atoi(argv[4]);
     if (n < 1)
         return 2;
-    double *v = calloc((size_t) n, sizeof *v);
+    double *v = calloc((size_t) n, sizeof *v), phase[3] = { 0, 0, 0 };
+    /* LG_GAP_MS: idle time between iterations (not measured), for the
+     * latency of sporadic requests rather than of a back-to-back stream:
+     * a warm pool refills in the gaps */
+    const char *gap_env = getenv("LG_GAP_MS");
+    long gap = gap_env ? atol(gap_env) : 0;
     if (strcmp(argv[3], "roundtrip") == 0) {
         for (int i = 0; i < n + 3; i++) {
+            if (gap > 0)
+                nanosleep(&(struct timespec){ gap / 1000, gap % 1000 * 1000000L }, NULL);
             double t0 = now_ms();
-            if (create(id) < 0 || exec_true(id) < 0 || delete (id) < 0)
+            if (create(id) < 0)
                 return 1;
-            if (i >= 3) /* warm-up */
+            double t1 = now_ms();
+            if (exec_true(id) < 0)
+                return 1;
+            double t2 = now_ms();
+            if (getenv("LG_SECOND")) {
+                if (exec_true(id) < 0)
+                    return 1;
+                fprintf(stderr, "second exec %.2f ms (first %.2f)\n", now_ms() - t2, t2 - t1);
+                t2 = now_ms();
+            }
+            if (delete (id) < 0)
+                return 1;
+            if (i >= 3) { /* warm-up */
                 v[i - 3] = now_ms() - t0;
+                phase[0] += t1 - t0, phase[1] += t2 - t1, phase[2] += now_ms() - t2;
+            }
         }
+        fprintf(stderr, "mean per phase: create %.2f ms, exec %.2f ms, delete %.2f ms\n", phase[0] / n, phase[1] / n,
+                phase[2] / n);
         report("create_exec_delete", v, n);
     } else if (strcmp(argv[3], "exec") == 0) {
         if (create(id) < 0)

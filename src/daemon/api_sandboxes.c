@@ -5,11 +5,13 @@
 #include "api.h"
 #include "auth.h"
 #include "log.h"
+#include "pool.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_TIMEOUT_S (8 * 3600)
@@ -119,6 +121,23 @@ void sbx_api_sandbox_create(sbx_req *r)
     row.memory_mb = (uint64_t) memory;
     row.disk_mb = (uint64_t) disk;
     row.pids = (uint32_t) pids;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* A warm sandbox if the pool has one: the create is then a claim. */
+    sbx_box *pooled = sbx_pool_take(r->d, tpl, row.disk_mb);
+    if (pooled) {
+        snprintf(row.id, sizeof row.id, "%s", pooled->id);
+        int claimed = sbx_reg_claim(&r->d->reg, pooled, &row, &err);
+        if (claimed < 0) {
+            sbx_log("warn", "event=pool_claim_failed sandbox=%s error=\"%s\"", row.id, err.msg);
+            sbx_reg_end(&r->d->reg, pooled, "failed", "could not be handed out from the warm pool");
+            sbx_random_hex(row.id, SBX_ID_LEN / 2);
+            memset(&err, 0, sizeof err);
+        }
+        sbx_reg_put(&r->d->reg, pooled);
+        if (claimed == 0)
+            goto created;
+    }
     if (sbx_reg_create(&r->d->reg, &row, &err) < 0) {
         sbx_log("error", "event=create_failed error=\"%s\"", err.msg);
         /* the host (memory, pids, cgroups) or the new sandbox's sbx-init
@@ -127,8 +146,12 @@ void sbx_api_sandbox_create(sbx_req *r)
         sbx_box_row_free(&row);
         goto out;
     }
+created:
     __atomic_add_fetch(&r->d->created, 1, __ATOMIC_RELAXED);
-    sbx_log("info", "event=created sandbox=%s key=%s template=%s", row.id, r->key.name, tpl);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    sbx_log("info", "event=created sandbox=%s key=%s template=%s pool=%s ms=%.2f", row.id, r->key.name, tpl,
+            pooled ? "hit" : "miss",
+            (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) / 1e6);
     sbx_reply_json(r, 201, box_json(&row));
     sbx_box_row_free(&row);
 out:

@@ -1,6 +1,7 @@
 /* api_system.c - health, usage, the OpenAPI document, Prometheus metrics. */
 #define _GNU_SOURCE
 #include "api.h"
+#include "pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +47,9 @@ void sbx_api_prometheus(sbx_req *r)
     }
     sbx_daemon *d = r->d;
     fprintf(f, "# HELP sbx_sandboxes_running Sandboxes running now.\n# TYPE sbx_sandboxes_running gauge\n");
-    fprintf(f, "sbx_sandboxes_running %zu\n", sbx_reg_count(&d->reg, NULL));
+    size_t all = sbx_reg_count(&d->reg, NULL), ready = sbx_pool_ready();
+    fprintf(f, "sbx_sandboxes_running %zu\n", all > ready ? all - ready : 0);
+    sbx_pool_metrics(f);
     fprintf(f, "# HELP sbx_sandboxes Sandboxes recorded, by state.\n# TYPE sbx_sandboxes gauge\n");
     json_t *counts = sbx_store_state_counts(d->store);
     const char *k;

@@ -226,6 +226,24 @@ fail:
     return -1;
 }
 
+int sbx_reg_claim(sbx_registry *reg, sbx_box *b, const sbx_box_row *row, sbx_error *err)
+{
+    sbx_cg_limits l = { .memory_bytes = row->memory_mb << 20, .millicpus = row->millicpus, .pids = row->pids };
+    if (sbx_cgroup_set_limits(&b->cg, &l, err) < 0)
+        return -1;
+    if (sbx_store_box_claim(reg->store, row) != 1)
+        return sbx_error_set(err, EIO, "claim pooled sandbox %s", row->id);
+    pthread_mutex_lock(&reg->lock);
+    snprintf(b->key_id, sizeof b->key_id, "%s", row->key_id);
+    json_decref(b->envs);
+    b->envs = json_incref(row->envs);
+    b->millicpus = row->millicpus;
+    b->expires_at = row->expires_at;
+    pthread_mutex_unlock(&reg->lock);
+    sbx_store_event(reg->store, row->id, row->key_id, "created", row->template_name);
+    return 0;
+}
+
 void sbx_reg_sample(sbx_registry *reg, sbx_box *b, int64_t now_ms)
 {
     sbx_cg_stats st;
@@ -250,11 +268,76 @@ int sbx_reg_end(sbx_registry *reg, sbx_box *b, const char *state, const char *re
     if (!unlist(reg, b))
         return 0;
     sbx_reg_sample(reg, b, now);
-    cleanup(reg, b->id, b->pidfd, b->init_pid, 0);
+    /* the pid namespace dies with its init: nothing in the sandbox runs on */
+    if (b->pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, b->pidfd, SIGKILL, NULL, 0);
     sbx_store_event(reg->store, b->id, b->key_id, state, reason);
     sbx_log("info", "event=ended sandbox=%s state=%s reason=\"%s\"", b->id, state, reason ? reason : "");
-    sbx_reg_put(reg, b); /* the registry's reference */
+    pthread_mutex_lock(&reg->lock);
+    bool queued = reg->reaper_running;
+    if (queued) { /* the registry's reference goes with it */
+        b->reap_next = NULL;
+        if (reg->reap_tail)
+            reg->reap_tail->reap_next = b;
+        else
+            reg->reap_head = b;
+        reg->reap_tail = b;
+        pthread_cond_signal(&reg->reap_cond);
+    }
+    pthread_mutex_unlock(&reg->lock);
+    if (!queued) { /* before start or after stop: do it here */
+        cleanup(reg, b->id, b->pidfd, b->init_pid, 0);
+        sbx_reg_put(reg, b);
+    }
     return 1;
+}
+
+static void *reaper(void *arg)
+{
+    sbx_registry *reg = arg;
+    pthread_mutex_lock(&reg->lock);
+    for (;;) {
+        sbx_box *b = reg->reap_head;
+        if (!b) {
+            if (reg->reaper_stop)
+                break;
+            pthread_cond_wait(&reg->reap_cond, &reg->lock);
+            continue;
+        }
+        reg->reap_head = b->reap_next;
+        if (!reg->reap_head)
+            reg->reap_tail = NULL;
+        pthread_mutex_unlock(&reg->lock);
+        cleanup(reg, b->id, b->pidfd, b->init_pid, 0);
+        sbx_reg_put(reg, b);
+        pthread_mutex_lock(&reg->lock);
+    }
+    pthread_mutex_unlock(&reg->lock);
+    return NULL;
+}
+
+int sbx_reg_start_reaper(sbx_registry *reg, sbx_error *err)
+{
+    pthread_cond_init(&reg->reap_cond, NULL);
+    int r = pthread_create(&reg->reaper, NULL, reaper, reg);
+    if (r)
+        return sbx_error_set(err, r, "start the reaper thread");
+    pthread_mutex_lock(&reg->lock);
+    reg->reaper_running = true;
+    pthread_mutex_unlock(&reg->lock);
+    return 0;
+}
+
+void sbx_reg_stop_reaper(sbx_registry *reg)
+{
+    pthread_mutex_lock(&reg->lock);
+    bool was = reg->reaper_running;
+    reg->reaper_running = false; /* from now on sbx_reg_end cleans up itself */
+    reg->reaper_stop = true;
+    pthread_cond_signal(&reg->reap_cond);
+    pthread_mutex_unlock(&reg->lock);
+    if (was)
+        pthread_join(reg->reaper, NULL);
 }
 
 /* Re-attach one sandbox recorded as running. */
@@ -319,6 +402,8 @@ void sbx_reg_reconcile(sbx_registry *reg)
 {
     sbx_box_row *rows;
     size_t n;
+    /* the pool is refilled by this run, with its own configuration */
+    sbx_store_box_drain_pool(reg->store, sbx_now_wall_ms());
     if (sbx_store_box_list(reg->store, NULL, "running", &rows, &n) == 0) {
         for (size_t i = 0; i < n; i++) {
             reattach(reg, &rows[i]);

@@ -42,6 +42,7 @@ typedef struct sbx_box {
     double cpu_seconds, gib_seconds;
     int64_t last_sample_ms;
     int64_t expires_at;       /* guarded by the registry lock */
+    struct sbx_box *reap_next; /* on the reaper's queue */
 } sbx_box;
 
 typedef struct sbx_registry {
@@ -54,6 +55,11 @@ typedef struct sbx_registry {
     const char *home;
     char run_dir[256];
     uid_t uid_base;
+    /* the reaper: ended sandboxes whose clean-up is still to do */
+    pthread_t reaper;
+    pthread_cond_t reap_cond;
+    sbx_box *reap_head, *reap_tail;
+    bool reaper_running, reaper_stop;
 } sbx_registry;
 
 int sbx_reg_init(sbx_registry *reg, sbx_store *store, sbx_spawner *sp, const sbx_cg_host *host, const char *home,
@@ -68,8 +74,23 @@ void sbx_reg_put(sbx_registry *reg, sbx_box *b);
  * caller; init_pid/start filled here) and record it. */
 int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err);
 
-/* End a live sandbox: 1 ended by this call, 0 it was already ending. */
+/* Hand a warm-pool sandbox b to row's owner (row: id, key_id, times,
+ * metadata, envs, limits filled by the caller): limits, database, then the
+ * in-memory fields.  On failure the caller ends b. */
+int sbx_reg_claim(sbx_registry *reg, sbx_box *b, const sbx_box_row *row, sbx_error *err);
+
+/* End a live sandbox: 1 ended by this call, 0 it was already ending.
+ * The state change, the removal from the registry and the SIGKILL to
+ * sbx-init happen here; waiting for the processes to die, removing the
+ * cgroups and the socket is the reaper thread's (the row says cleaned
+ * when it is done, and a restart finishes what a crash interrupted), so a
+ * DELETE answers in about a millisecond. */
 int sbx_reg_end(sbx_registry *reg, sbx_box *b, const char *state, const char *reason);
+
+/* Start the reaper thread (after reconcile); stop it once nothing ends
+ * sandboxes any more: it finishes every clean-up queued first. */
+int sbx_reg_start_reaper(sbx_registry *reg, sbx_error *err);
+void sbx_reg_stop_reaper(sbx_registry *reg);
 
 /* At start: re-attach live sandboxes, finish interrupted clean-ups. */
 void sbx_reg_reconcile(sbx_registry *reg);

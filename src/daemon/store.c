@@ -313,8 +313,33 @@ int sbx_store_box_end(sbx_store *st, const char *id, const char *new_state, cons
 {
     return LOCKED(st, exec_stmt(st, run(st,
                                         "UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND "
-                                        "state = 'running'",
+                                        "state IN ('running', 'pooled')",
                                         "ssis", new_state, reason, now_ms, id)));
+}
+
+int sbx_store_box_claim(sbx_store *st, const sbx_box_row *r)
+{
+    char *md = json_dumps(r->metadata, JSON_COMPACT), *ev = json_dumps(r->envs, JSON_COMPACT);
+    int rc = -1;
+    if (md && ev)
+        rc = LOCKED(st, exec_stmt(st, run(st,
+                                          "UPDATE sandboxes SET key_id = ?, state = 'running', created_at = ?, "
+                                          "expires_at = ?, timeout_s = ?, metadata = ?, envs = ?, millicpus = ?, "
+                                          "memory_mb = ?, pids = ?, cpu_seconds = 0, gib_seconds = 0 "
+                                          "WHERE id = ? AND state = 'pooled'",
+                                          "siiissiiis", r->key_id, r->created_at, r->expires_at, r->timeout_s, md, ev,
+                                          (int64_t) r->millicpus, (int64_t) r->memory_mb, (int64_t) r->pids, r->id)));
+    free(md);
+    free(ev);
+    return rc;
+}
+
+int sbx_store_box_drain_pool(sbx_store *st, int64_t now_ms)
+{
+    return LOCKED(st, exec_stmt(st, run(st,
+                                        "UPDATE sandboxes SET state = 'deleted', ended_at = ?, end_reason = 'warm pool "
+                                        "emptied when sbxd started' WHERE state = 'pooled'",
+                                        "i", now_ms)));
 }
 
 int sbx_store_box_set_init(sbx_store *st, const char *id, int pid, uint64_t start)

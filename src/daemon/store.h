@@ -59,7 +59,13 @@ int sbx_store_box_get(sbx_store *st, const char *id, sbx_box_row *out);
 /* Every row in `state` (NULL: all), for one key (NULL: all keys); the
  * caller frees each row and the array. */
 int sbx_store_box_list(sbx_store *st, const char *key_id, const char *state, sbx_box_row **rows, size_t *n);
-/* running -> new_state, atomically: 1 done, 0 it was not running. */
+/* A warm-pool sandbox (state "pooled") becomes r's: owner, times,
+ * metadata, envs, limits.  1 done, 0 it was not pooled. */
+int sbx_store_box_claim(sbx_store *st, const sbx_box_row *r);
+/* At start: pooled sandboxes of an earlier run become "deleted" (their
+ * clean-up then happens as for any ended, uncleaned sandbox). */
+int sbx_store_box_drain_pool(sbx_store *st, int64_t now_ms);
+/* running (or pooled) -> new_state, atomically: 1 done, 0 it was not. */
 int sbx_store_box_end(sbx_store *st, const char *id, const char *new_state, const char *reason, int64_t now_ms);
 int sbx_store_box_set_init(sbx_store *st, const char *id, int pid, uint64_t start);
 int sbx_store_box_delete(sbx_store *st, const char *id);

@@ -324,13 +324,20 @@ static int set_limits_v1(const char *dir, const char *ctrls, const sbx_cg_limits
     size_t cl = strlen(ctrls);
     snprintf(work, sizeof work, "%s/work", dir);
     if (list_has(ctrls, cl, "memory")) {
-        if (write_at(err, work, "memory.limit_in_bytes", "%" PRIu64, l->memory_bytes) < 0)
-            return -1;
         /* memsw exists only with swap accounting; where it does, memory plus
-         * swap gets the same limit: no swap for the sandbox. */
+         * swap gets the same limit: no swap for the sandbox.  The kernel
+         * wants memory <= memsw at every step: raising a limit (a pooled
+         * sandbox given more) needs memsw first, lowering needs it last. */
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/memory.memsw.limit_in_bytes", work);
-        if (access(p, F_OK) == 0 && write_at(err, work, "memory.memsw.limit_in_bytes", "%" PRIu64, l->memory_bytes) < 0)
+        bool memsw = access(p, F_OK) == 0;
+        char mem[32];
+        snprintf(mem, sizeof mem, "%" PRIu64, l->memory_bytes);
+        if (memsw)
+            sbx_write_file(p, mem); /* may fail when lowering: done again below */
+        if (write_at(err, work, "memory.limit_in_bytes", "%" PRIu64, l->memory_bytes) < 0)
+            return -1;
+        if (memsw && write_at(err, work, "memory.memsw.limit_in_bytes", "%" PRIu64, l->memory_bytes) < 0)
             return -1;
         snprintf(p, sizeof p, "%s/memory.swappiness", work);
         sbx_write_file(p, "0"); /* best effort: refused on some kernels */
@@ -543,6 +550,20 @@ void sbx_cgroup_release(sbx_cgroup *cg)
         cg->dir[i] = cg->ctrl[i] = NULL;
     }
     cg->n = 0;
+}
+
+int sbx_cgroup_set_limits(const sbx_cgroup *cg, const sbx_cg_limits *limits, sbx_error *err)
+{
+    /* set_limits_* leave room for sbx-init in pids; it has left by now */
+    sbx_cg_limits l = *limits;
+    l.pids = l.pids ? l.pids - 1 : 0;
+    for (int i = 0; i < cg->n; i++) {
+        int r = cg->mode == SBX_CG_V2 ? set_limits_v2(cg->dir[i], &l, err)
+                                      : set_limits_v1(cg->dir[i], cg->ctrl[i] ? cg->ctrl[i] : "", &l, err);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
 }
 
 int sbx_cgroup_init_left(const sbx_cgroup *cg, sbx_error *err)

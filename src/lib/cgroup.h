@@ -94,6 +94,10 @@ void sbx_cgroup_close_fds(sbx_cgroup *cg);
  * limit, one higher until now to count init, becomes exact. */
 int sbx_cgroup_init_left(const sbx_cgroup *cg, sbx_error *err);
 
+/* Set the workload's limits anew (a warm-pool sandbox taking its user's
+ * limits), after sbx-init left `work`: the pids limit is exact. */
+int sbx_cgroup_set_limits(const sbx_cgroup *cg, const sbx_cg_limits *limits, sbx_error *err);
+
 /* Fill cg for an existing sandbox's cgroups (sbxd re-attaching after a
  * restart): paths only, no descriptors, nothing created. */
 int sbx_cgroup_open(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, sbx_error *err);

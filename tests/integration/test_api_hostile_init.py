@@ -77,8 +77,9 @@ class Daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
         env.update(SBX_API_KEY=KEY, SBX_UID_BASE=str(MY_UID_BASE), SBX_INIT=init)
         self.log = os.path.join(self.dir, "sbxd.log")
+        # --pool 0: each test's fake init misbehaves on the create it measures
         self.proc = subprocess.Popen([_bin("sbxd"), "--listen", "127.0.0.1:0", "--home",
-                                      os.path.join(self.dir, "home"), *extra],
+                                      os.path.join(self.dir, "home"), "--pool", "0", *extra],
                                      env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=open(self.log, "wb"))
         deadline = time.monotonic() + 20
