@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/api.sh - sbxd's API against the one-shot floor, side by side in one run:
 #   1. create -> exec `true` -> delete over loopback HTTP (bench/loadgen.c, keep-alive)
-#      vs `sbx run -- true` and `bwrap ... true` (hyperfine): what a sandbox costs
+#      vs `sbx run -- true` and `bwrap ... true` (hyperfine): what a sandbox costs; cold
+#      (--pool 0), from a warm pool during a burst, and sporadic (one every 100 ms, pool 4)
 #   2. exec `true` in an existing sandbox vs the same two
 #   3. upload + download of a 1 GiB file vs piping it through `sbx run` and bwrap
 # Usage: bash bench/api.sh   (as root, after ninja -C build; see bench/README.md)
@@ -23,8 +24,9 @@ for b in sbxd sbx sbx-loadgen; do [[ -x $BUILD/$b ]] || die "$BUILD/$b missing: 
 command -v hyperfine >/dev/null && command -v bwrap >/dev/null || die "needs hyperfine and bwrap (scripts/bootstrap.sh)"
 
 work=$(mktemp -d /tmp/sbx-api-bench.XXXXXX)
-sbxd_pid=
+sbxd_pid= pooled_pid=
 cleanup() {
+  [[ -n $pooled_pid ]] && stop_sbxd "$pooled_pid"
   # sbxd leaves sandboxes running when it stops (by design): delete them first
   if [[ -n ${url:-} ]]; then
     for id in $(curl -s -H "Authorization: Bearer $key" "$url/v1/sandboxes" |
@@ -32,19 +34,42 @@ cleanup() {
       curl -s -X DELETE -H "Authorization: Bearer $key" "$url/v1/sandboxes/$id" >/dev/null || true
     done
   fi
-  [[ -n $sbxd_pid ]] && kill "$sbxd_pid" 2>/dev/null && wait "$sbxd_pid" 2>/dev/null || true
+  [[ -n $sbxd_pid ]] && stop_sbxd "$sbxd_pid"
   rm -rf -- "$work"
 }
 trap cleanup EXIT
 
 key=bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-SBX_API_KEY=$key "$BUILD/sbxd" --listen 127.0.0.1:0 --home "$work/home" 2>"$work/sbxd.log" &
-sbxd_pid=$!
-for _ in $(seq 100); do grep -q 'event=listening' "$work/sbxd.log" 2>/dev/null && break; sleep 0.05; done
-addr=$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "$work/sbxd.log")
-[[ -n $addr ]] || { cat "$work/sbxd.log" >&2; die "sbxd did not start"; }
-url=http://$addr
+start_sbxd() { # start_sbxd NAME ARGS... -> prints the URL; pid in NAME.pid
+  local name=$1
+  shift
+  SBX_API_KEY=$key "$BUILD/sbxd" --listen 127.0.0.1:0 --home "$work/$name" "$@" >/dev/null 2>"$work/$name.log" &
+  echo $! >"$work/$name.pid"
+  for _ in $(seq 100); do grep -q 'event=listening' "$work/$name.log" 2>/dev/null && break; sleep 0.05; done
+  local a
+  a=$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "$work/$name.log")
+  [[ -n $a ]] || { cat "$work/$name.log" >&2; die "sbxd did not start"; }
+  echo "http://$a"
+}
+stop_sbxd() { # stop_sbxd PID: SIGTERM, then wait for it (not our child: started in $(...))
+  kill "$1" 2>/dev/null || return 0
+  while kill -0 "$1" 2>/dev/null; do sleep 0.05; done
+}
+pool_ready() { # pool_ready URL N: wait until the base pool holds N
+  for _ in $(seq 600); do
+    curl -s -H "Authorization: Bearer $key" "$1/metrics" | grep -q "^sbx_pool_ready{template=\"base\"} $2\$" && return
+    sleep 0.1
+  done
+  die "the pool of $1 did not fill"
+}
+# cold: no pool, so that every create is a whole sandbox set-up
+url=$(start_sbxd home --pool 0)
+sbxd_pid=$(cat "$work/home.pid")
 lg() { "$BUILD/sbx-loadgen" "$url" "$key" "$@"; }
+# warm: a pool that holds the whole burst (refills wait for a lull)
+pool_n=$((RUNS * 2 + 10))
+purl=$(start_sbxd pooled --pool "$pool_n")
+pooled_pid=$(cat "$work/pooled.pid")
 
 bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/lib64 /lib64
   --symlink usr/lib /lib --symlink usr/bin /bin --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp)
@@ -52,6 +77,15 @@ bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink u
 echo "== 1+2. latency: sbxd round trip and exec, sbx run, bwrap ==" >&2
 rt=$(lg roundtrip "$RUNS")
 ex=$(lg exec "$((RUNS * 3))")
+pool_ready "$purl" "$pool_n"
+rtp=$("$BUILD/sbx-loadgen" "$purl" "$key" roundtrip "$RUNS")
+stop_sbxd "$pooled_pid"
+purl=$(start_sbxd sporadic)  # the default pool (4)
+pooled_pid=$(cat "$work/sporadic.pid")
+pool_ready "$purl" 4
+rts=$(LG_GAP_MS=100 "$BUILD/sbx-loadgen" "$purl" "$key" roundtrip "$((RUNS / 4))")
+stop_sbxd "$pooled_pid"
+pooled_pid=
 SBX_HOME=$work/run-home hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$work/hf.json" \
   -n "sbx run" "$BUILD/sbx run -- /bin/true" -n bwrap "${bwrap_cmd[*]} /bin/true" >&2
 
@@ -66,20 +100,25 @@ bw_up=$(mbps "$(t sh -c "${bwrap_cmd[*]} sh -c 'cat > /tmp/x' < '$work/blob'")")
 bw_down=$(mbps "$(t sh -c "${bwrap_cmd[*]} --ro-bind '$work/blob' /blob cat /blob")")
 sr_up=$(mbps "$(t sh -c "SBX_HOME=$work/run-home $BUILD/sbx run --disk 2G --memory 4G -- sh -c 'cat > /tmp/x' < '$work/blob'")")
 
-python3 - "$results" "$rt" "$ex" "$tr" "$work/hf.json" "$bw_up" "$bw_down" "$sr_up" "$SIZE_MB" <<'PY'
+python3 - "$results" "$rt" "$ex" "$tr" "$work/hf.json" "$bw_up" "$bw_down" "$sr_up" "$SIZE_MB" "$rtp" "$rts" <<'PY'
 import json, sys, datetime, subprocess
-res, rt, ex, tr, hf, bw_up, bw_down, sr_up, size = sys.argv[1:]
-rt, ex, tr = json.loads(rt), json.loads(ex), json.loads(tr)
+res, rt, ex, tr, hf, bw_up, bw_down, sr_up, size, rtp, rts = sys.argv[1:]
+rt, ex, tr, rtp, rts = json.loads(rt), json.loads(ex), json.loads(tr), json.loads(rtp), json.loads(rts)
 h = {r["command"]: r for r in json.load(open(hf))["results"]}
 p50 = lambda r: sorted(r["times"])[len(r["times"]) // 2] * 1000
 run, bw = p50(h["sbx run"]), p50(h["bwrap"])
-out = {"date": datetime.datetime.utcnow().isoformat() + "Z", "roundtrip": rt, "exec": ex, "transfer": tr,
+out = {"date": datetime.datetime.utcnow().isoformat() + "Z", "roundtrip": rt, "roundtrip_pool_burst": rtp,
+       "roundtrip_pool_sporadic": rts, "exec": ex, "transfer": tr,
        "sbx_run_p50_ms": run, "bwrap_p50_ms": bw, "bwrap_upload_MBps": float(bw_up),
        "bwrap_download_MBps": float(bw_down), "sbx_run_upload_MBps": float(sr_up), "size_MiB": int(size)}
 json.dump(out, open(res + "/api.json", "w"), indent=2)
 rows = [
- ("create + exec true + delete (HTTP)", f'{rt["p50_ms"]:.1f} ms', f"{run:.1f} ms", f"{bw:.1f} ms",
+ ("create + exec true + delete (HTTP), cold", f'{rt["p50_ms"]:.1f} ms', f"{run:.1f} ms", f"{bw:.1f} ms",
   f'{rt["p50_ms"] / run:.2f}x / {rt["p50_ms"] / bw:.2f}x', "< 10 ms"),
+ ("the same, warm pool, back to back", f'{rtp["p50_ms"]:.1f} ms', f"{run:.1f} ms", f"{bw:.1f} ms",
+  f'{rtp["p50_ms"] / run:.2f}x / {rtp["p50_ms"] / bw:.2f}x', "< 10 ms"),
+ ("the same, warm pool, one every 100 ms", f'{rts["p50_ms"]:.1f} ms', f"{run:.1f} ms", f"{bw:.1f} ms",
+  f'{rts["p50_ms"] / run:.2f}x / {rts["p50_ms"] / bw:.2f}x', "< 10 ms"),
  ("exec true in a live sandbox (HTTP)", f'{ex["p50_ms"]:.2f} ms', f"{run:.1f} ms", f"{bw:.1f} ms",
   f'{ex["p50_ms"] / run:.2f}x / {ex["p50_ms"] / bw:.2f}x', "< 2 ms"),
  (f"upload {size} MiB", f'{tr["upload_MBps"]:.0f} MB/s', f"{float(sr_up):.0f} MB/s", f"{float(bw_up):.0f} MB/s",
