@@ -55,6 +55,9 @@ if [[ $(id -u) -ne 0 ]]; then echo "scripts/test.sh: needs root (sbx run creates
 step "bootstrap"
 scripts/bootstrap.sh || { echo "bootstrap failed"; exit 1; }
 
+step "MCP test clients (npm: the official SDK and conformance suite, into a cache)"
+tests/mcp/install.sh >/dev/null || { echo "installing the MCP test clients failed"; failed_steps+=("mcp clients"); }
+
 step "build (gcc -Werror)"
 scripts/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
 run_suite "release" build

@@ -183,9 +183,10 @@ static bool origin_allowed(sbx_daemon *d, const char *origin)
     return false;
 }
 
+/* The transport asks clients to list both types; a bare * / * is not enough. */
 static bool accepts(const char *accept, const char *type)
 {
-    return accept && (strcasestr(accept, type) || strstr(accept, "*/*"));
+    return accept && strcasestr(accept, type);
 }
 
 /* The checks every /mcp request passes; false when one replied. */
@@ -417,7 +418,11 @@ void sbx_api_mcp_post(sbx_req *r)
         return;
     }
     json_error_t je;
-    _cleanup_json_ json_t *msg = json_loadb(r->body ? r->body : "", r->body_len, 0, &je);
+    /* any JSON value parses (42 is then an invalid request, not a parse
+     * error); NUL bytes too, for file content: the tools refuse them
+     * anywhere else */
+    _cleanup_json_ json_t *msg =
+        json_loadb(r->body ? r->body : "", r->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!msg) {
         _cleanup_json_ json_t *e = sbx_mcp_error(NULL, SBX_RPC_PARSE_ERROR, "not JSON: %s", je.text);
         reply_rpc(r, 400, e, NULL);
@@ -432,6 +437,14 @@ void sbx_api_mcp_post(sbx_req *r)
     }
     const char *method = json_string_value(json_object_get(msg, "method"));
     bool request = sbx_mcp_is_request(msg);
+    bool response = !json_object_get(msg, "method") && json_object_get(msg, "id") &&
+                    (json_object_get(msg, "result") || json_object_get(msg, "error"));
+    if (!request && !response && !json_object_get(msg, "method")) {
+        _cleanup_json_ json_t *e = sbx_mcp_error(json_object_get(msg, "id"), SBX_RPC_INVALID_REQUEST,
+                                                 "not a JSON-RPC request, notification or response (no 'method')");
+        reply_rpc(r, 400, e, NULL);
+        return;
+    }
     const char *sid = sbx_header(r, "MCP-Session-Id");
     session *s = NULL;
     bool created = false;

@@ -325,13 +325,12 @@ static int run_line(void *ctx, json_t *line, sbx_error *err)
         }
         bytes_add(type[3] == 'o' ? &s->out : &s->err, text ? (const uint8_t *) data : raw, n);
         s->total += n;
-        char msg[520];
-        if (text)
-            snprintf(msg, sizeof msg, "%s: %.500s", type, data);
-        else
-            snprintf(msg, sizeof msg, "%s: %zu bytes of binary output", type, n);
+        /* the chunk itself, so a client can show the output as it comes */
+        char note[64];
+        if (!text)
+            snprintf(note, sizeof note, "%zu bytes of binary output", n);
         free(raw);
-        sbx_mcp_call_progress(s->c, (double) s->total, msg);
+        sbx_mcp_call_progress(s->c, (double) s->total, text ? data : note);
     } else if (strcmp(type, "end") == 0) {
         s->ended = true;
         s->end = json_incref(line);
@@ -365,6 +364,12 @@ static json_t *command_run(sbx_mcp_call *c, json_t *args)
         return fail("%s", err.msg);
     _cleanup_json_ json_t *body = json_deep_copy(args);
     json_object_del(body, "sandbox_id");
+    json_t *in = json_object_get(args, "stdin");
+    if (in) { /* as bytes: it may hold NUL bytes, which sbxd takes only in base64 */
+        json_object_set_new(body, "stdin_base64",
+                            base64_of((const uint8_t *) json_string_value(in), json_string_length(in)));
+        json_object_del(body, "stdin");
+    }
 
     if (json_is_true(json_object_get(args, "background"))) {
         json_t *j = rest(c, "POST", p, body, &err);
@@ -484,7 +489,7 @@ static bool is_image(const char *mime)
 
 /* A whole file into memory (at most OUTPUT_CAP).  0, or -1 with a result
  * (isError) in *fail_res. */
-static int read_file(sbx_mcp_call *c, const char *id, const char *path, bytes *b, json_t **fail_res)
+static int read_file(sbx_mcp_call *c, const char *id, const char *path, bytes *b, char **abs_path, json_t **fail_res)
 {
     sbx_error err = { 0 };
     _cleanup_free_ char *sp = files_path(c, id, "/stat", path, "", &err);
@@ -499,6 +504,8 @@ static int read_file(sbx_mcp_call *c, const char *id, const char *path, bytes *b
         return -1;
     }
     json_int_t size = json_integer_value(json_object_get(st, "size"));
+    if (abs_path)
+        *abs_path = strdup(json_string_value(json_object_get(st, "path")) ?: path);
     if (size > (json_int_t) OUTPUT_CAP) {
         *fail_res = fail("'%s' is %lld bytes; files_read returns at most %u. Read it in parts with command_run "
                          "(e.g. `head -c`, `split`) or download it through the REST API.",
@@ -542,13 +549,15 @@ static json_t *files_read(sbx_mcp_call *c, json_t *args)
     const char *want = str(args, "encoding");
     bytes b = { 0 };
     json_t *res = NULL;
-    if (read_file(c, id, path, &b, &res) < 0)
+    _cleanup_free_ char *abs = NULL;
+    if (read_file(c, id, path, &b, &abs, &res) < 0)
         return res;
     bool text = text_file(&b);
     bool as_text = text && !(want && strcmp(want, "base64") == 0);
     const char *mime = mime_of(path, b.data, b.len, text);
     json_t *content = as_text ? json_stringn((const char *) b.data, b.len) : base64_of(b.data, b.len);
-    json_t *st = json_pack("{s:s, s:I, s:s, s:o, s:s}", "path", path, "size", (json_int_t) b.len, "encoding",
+    json_t *st = json_pack("{s:s, s:I, s:s, s:o, s:s}", "path", abs ? abs : path, "size", (json_int_t) b.len,
+                           "encoding",
                            as_text ? "utf8" : "base64", "content", content, "mime_type", mime);
     json_t *items;
     if (is_image(mime))
@@ -639,12 +648,18 @@ static json_t *files_remove(sbx_mcp_call *c, json_t *args)
     sbx_error err = { 0 };
     const char *path = str(args, "path");
     bool rec = json_is_true(json_object_get(args, "recursive"));
+    /* the entry first: the answer names the absolute path, like the others */
+    _cleanup_free_ char *sp = files_path(c, str(args, "sandbox_id"), "/stat", path, "", &err);
+    _cleanup_json_ json_t *st = rest(c, "GET", sp, NULL, &err);
+    if (!st)
+        return fail_rest(c, &err);
     _cleanup_free_ char *p = files_path(c, str(args, "sandbox_id"), "", path, rec ? "&recursive=true" : "", &err);
     json_t *j = rest(c, "DELETE", p, NULL, &err);
     if (!j)
         return fail_rest(c, &err);
     json_decref(j);
-    return ok(json_pack("{s:s, s:b}", "path", path, "removed", 1));
+    const char *abs = json_string_value(json_object_get(st, "path"));
+    return ok(json_pack("{s:s, s:b}", "path", abs ? abs : path, "removed", 1));
 }
 
 /* ---- resources ---- */
@@ -690,7 +705,7 @@ json_t *sbx_mcp_resource_read(sbx_mcp_call *c, const char *uri, int *code, sbx_e
     }
     bytes b = { 0 };
     _cleanup_json_ json_t *failed = NULL;
-    if (read_file(c, id, path, &b, &failed) < 0) {
+    if (read_file(c, id, path, &b, NULL, &failed) < 0) {
         *code = SBX_RPC_RESOURCE_NOT_FOUND;
         const char *t = json_string_value(json_object_get(json_array_get(json_object_get(failed, "content"), 0), "text"));
         sbx_error_set(err, 0, "%s", t ? t : "cannot read the file");
@@ -742,7 +757,7 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "(all must match).",
       "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {"
       "\"state\": {\"type\": \"string\", \"enum\": [\"running\", \"expired\", \"deleted\", \"failed\", "
-      "\"unhealthy\"]},"
+      "\"unhealthy\", \"all\"], \"description\": \"Which to list (default running; all: every state).\"},"
       "\"metadata\": {\"type\": \"object\", \"additionalProperties\": {\"type\": \"string\"}}}}",
       "{\"type\": \"object\", \"required\": [\"sandboxes\"], \"properties\": {\"sandboxes\": {\"type\": \"array\", "
       "\"items\": " SANDBOX_OUT "}}}",
@@ -777,7 +792,8 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "\"Program and arguments, no shell.\"},"
       "\"cwd\": {\"type\": \"string\", \"description\": \"Working directory (default the home, /home/user).\"},"
       "\"envs\": " ENVS "},"
-      "\"stdin\": {\"type\": \"string\", \"description\": \"Text written to the command's stdin.\"},"
+      "\"stdin\": {\"type\": \"string\", \"description\": \"Text written to the "
+      "command's stdin.\"},"
       "\"timeout_s\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 28800, \"description\": \"Kill it after "
       "this many seconds (default 60; 0 = no limit).\"},"
       "\"background\": {\"type\": \"boolean\", \"description\": \"Return at once with the pid.\"}}}",
@@ -811,7 +827,8 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "give the bytes base64-encoded with encoding \"base64\". Relative paths are relative to /home/user.",
       "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\", \"path\", "
       "\"content\"], \"properties\": {" SANDBOX_ID ", \"path\": {\"type\": \"string\"},"
-      "\"content\": {\"type\": \"string\", \"description\": \"The file's text, or its bytes in base64.\"},"
+      "\"content\": {\"type\": \"string\", \"description\": \"The file's text, or its "
+      "bytes in base64.\"},"
       "\"encoding\": {\"type\": \"string\", \"enum\": [\"utf8\", \"base64\"], \"description\": \"How content is "
       "given (default utf8).\"},"
       "\"mode\": {\"type\": \"string\", \"description\": \"Permission bits in octal, e.g. \\\"0755\\\".\"}}}",
@@ -907,6 +924,13 @@ static int check(json_t *schema, json_t *v, const char *where, char *msg, size_t
         }
     }
     const char *t = json_string_value(types);
+    /* a C string would end at a NUL: another path, another sandbox.  Only
+     * bytes that travel as bytes may hold one (a file's content, stdin). */
+    if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v) &&
+        strcmp(where, "content") != 0 && strcmp(where, "stdin") != 0) {
+        snprintf(msg, len, "'%s' contains a NUL byte", where);
+        return -1;
+    }
     if (t && !type_is(v, t)) {
         snprintf(msg, len, "'%s' must be %s %s", where, t[0] == 'a' || t[0] == 'i' || t[0] == 'o' ? "an" : "a", t);
         return -1;

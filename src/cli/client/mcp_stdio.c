@@ -96,7 +96,8 @@ int sbx_client_mcp(sbx_cli *cli, int argc, char **argv)
         if (n == 0)
             continue;
         json_error_t je;
-        json_t *msg = (size_t) n > MAX_LINE ? NULL : json_loadb(line, (size_t) n, JSON_ALLOW_NUL, &je);
+        json_t *msg =
+            (size_t) n > MAX_LINE ? NULL : json_loadb(line, (size_t) n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         if (!msg) {
             json_t *e = (size_t) n > MAX_LINE
                             ? sbx_mcp_error(NULL, SBX_RPC_INVALID_REQUEST, "message longer than %u bytes", MAX_LINE)
@@ -113,7 +114,10 @@ int sbx_client_mcp(sbx_cli *cli, int argc, char **argv)
             json_decref(msg);
             continue;
         }
-        if (!sbx_mcp_is_request(msg)) { /* notifications are quick: handle them in order */
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        /* notifications are quick, and initialize must be done before the
+         * requests a hasty client sends right behind it: in order, here */
+        if (!sbx_mcp_is_request(msg) || (method && strcmp(method, "initialize") == 0)) {
             sbx_mcp_handle(m, msg, send_line, NULL);
             json_decref(msg);
             continue;
