@@ -7,6 +7,7 @@
  *   sbx-loadgen URL KEY exec N        exec `true` N times in one sandbox
  *   sbx-loadgen URL KEY info N        GET one sandbox N times: the API's own floor
  *   sbx-loadgen URL KEY echo N        REST: {"cmd": "echo hi"} N times in one sandbox
+ *   sbx-loadgen URL KEY pause N       pause then resume a sandbox running a busy loop, N times
  *   sbx-loadgen URL KEY mcp N         MCP over Streamable HTTP: command_run of `echo hi`
  *                                     N times (one session, one sandbox)
  *   sbx-loadgen URL KEY upload FILE   PUT FILE into a sandbox, then GET it back
@@ -218,7 +219,7 @@ static double transfer(const char *id, const char *file, bool up, size_t *bytes)
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info|echo|mcp N | upload FILE\n");
+        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info|echo|pause|mcp N | upload FILE\n");
         return 2;
     }
     base = argv[1];
@@ -324,6 +325,30 @@ int main(int argc, char **argv)
         }
         delete (id);
         report("mcp_command_run_echo", v, n);
+    } else if (strcmp(argv[3], "pause") == 0) {
+        if (create(id) < 0)
+            return 1;
+        char path[256];
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/commands", id);
+        if (request("POST", path, "{\"cmd\":\"while :; do :; done\",\"background\":true}") != 201)
+            return fprintf(stderr, "background failed: %s\n", body), 1;
+        double *w = calloc((size_t) n, sizeof *w);
+        char pp[256], rp[256];
+        snprintf(pp, sizeof pp, "/v1/sandboxes/%s/pause", id);
+        snprintf(rp, sizeof rp, "/v1/sandboxes/%s/resume", id);
+        for (int i = 0; i < n + 5; i++) {
+            double t0 = now_ms();
+            if (request("POST", pp, NULL) != 200 || !strstr(body, "\"paused\""))
+                return fprintf(stderr, "pause failed: %s\n", body), 1;
+            double t1 = now_ms();
+            if (request("POST", rp, NULL) != 200 || !strstr(body, "\"running\""))
+                return fprintf(stderr, "resume failed: %s\n", body), 1;
+            if (i >= 5)
+                v[i - 5] = t1 - t0, w[i - 5] = now_ms() - t1;
+        }
+        delete (id);
+        report("pause", v, n);
+        report("resume", w, n);
     } else if (strcmp(argv[3], "info") == 0) {
         if (create(id) < 0)
             return 1;

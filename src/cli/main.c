@@ -38,7 +38,9 @@ static void usage(FILE *out)
                  "  timeout ID DURATION              expire the sandbox DURATION from now\n"
                  "  metrics ID                       CPU, memory, disk, processes of a sandbox\n"
                  "  kill ID...                       delete sandboxes\n"
-                 "  shell ID                         a terminal in the sandbox (not yet implemented)\n"
+                 "  pause ID... / resume ID...       freeze sandboxes (no CPU, state kept) / wake them\n"
+                 "  shell ID                         a terminal in the sandbox\n"
+                 "  mcp                              serve the sandbox tools over MCP on stdio\n"
                  "\n"
                  "`sbx COMMAND --help` lists a command's options; `--json` prints sbxd's answers as is.\n");
 }

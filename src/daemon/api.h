@@ -12,6 +12,8 @@ void sbx_api_sandbox_get(sbx_req *r);
 void sbx_api_sandbox_delete(sbx_req *r);
 void sbx_api_sandbox_timeout(sbx_req *r);
 void sbx_api_sandbox_metrics(sbx_req *r);
+void sbx_api_sandbox_pause(sbx_req *r);
+void sbx_api_sandbox_resume(sbx_req *r);
 
 /* api_commands.c */
 void sbx_api_cmd_run(sbx_req *r);

@@ -12,6 +12,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -242,12 +243,33 @@ static void emit_output(exec_ctx *c, int stream, const uint8_t *data, size_t len
 }
 
 /* Read one frame into ndjson events; false once the stream is over. */
+/* A streamed command that prints nothing for this long gets a blank line
+ * (clients skip them): it finds out that the client has gone, instead of
+ * holding its thread until the command speaks (a sleeping or paused
+ * command may never), and lets sbxd stop within this time. */
+#define STREAM_KEEPALIVE_MS 5000
+
 static bool stream_step(exec_ctx *c)
 {
     uint32_t type;
     uint8_t *p = NULL;
     size_t len;
-    int r = sbx_agent_recv(c->fd, recv_timeout(c), &type, &p, &len);
+    int wait = recv_timeout(c);
+    if (wait < 0 || wait > STREAM_KEEPALIVE_MS) {
+        /* wait for the next frame to begin here, so that a keep-alive never
+         * falls in the middle of one */
+        struct pollfd pf = { c->fd, POLLIN, 0 };
+        if (poll(&pf, 1, STREAM_KEEPALIVE_MS) == 0) {
+            char *q = realloc(c->pending, c->pending_len + 1);
+            if (q) {
+                q[c->pending_len++] = '\n';
+                c->pending = q;
+            }
+            return true;
+        }
+        wait = recv_timeout(c);
+    }
+    int r = sbx_agent_recv(c->fd, wait, &type, &p, &len);
     if (r <= 0) {
         emit(c, json_pack("{s:s, s:s, s:s}", "type", "error", "code", r == -ETIMEDOUT ? "unavailable" : "conflict",
                           "message",

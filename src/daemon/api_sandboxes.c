@@ -37,6 +37,11 @@ static json_t *box_json(const sbx_box_row *b)
     json_object_set_new(o, "ended_at", time_or_null(b->ended_at));
     json_object_set_new(o, "end_reason", b->end_reason[0] ? json_string(b->end_reason) : json_null());
     json_object_set_new(o, "timeout_s", json_integer(b->timeout_s));
+    json_object_set_new(o, "on_timeout", json_string(b->on_timeout[0] ? b->on_timeout : "kill"));
+    /* while paused the clock stands still: expires_at is null, this says
+     * how much is left for after the resume */
+    if (strcmp(b->state, "paused") == 0)
+        json_object_set_new(o, "timeout_remaining_s", json_integer((b->paused_remaining_ms + 999) / 1000));
     json_object_set(o, "metadata", b->metadata);
     json_object_set(o, "envs", b->envs);
     json_object_set_new(o, "cpus", json_real(b->millicpus / 1000.0));
@@ -54,12 +59,12 @@ static uint64_t host_memory_mb(void)
 
 void sbx_api_sandbox_create(sbx_req *r)
 {
-    static const char *const fields[] = { "template", "timeout_s", "metadata", "envs", "cpus",
-                                          "memory_mb", "disk_mb",   "pids",     NULL };
+    static const char *const fields[] = { "template", "timeout_s", "metadata", "envs",       "cpus",
+                                          "memory_mb", "disk_mb",   "pids",     "on_timeout", NULL };
     json_t *j = sbx_req_json(r);
     if (!j)
         return;
-    const char *tpl = SBX_DEFAULT_TEMPLATE;
+    const char *tpl = SBX_DEFAULT_TEMPLATE, *on_timeout = "kill";
     int64_t timeout = DEFAULT_TIMEOUT_S, memory = SBX_DEFAULT_MEMORY >> 20, disk = SBX_DEFAULT_DISK >> 20,
             pids = SBX_DEFAULT_PIDS;
     double cpus = SBX_DEFAULT_MILLICPUS / 1000.0;
@@ -70,8 +75,13 @@ void sbx_api_sandbox_create(sbx_req *r)
         sbx_json_strmap(r, j, "metadata", &metadata) < 0 || sbx_json_strmap(r, j, "envs", &envs) < 0 ||
         sbx_json_number(r, j, "cpus", 0.01, ncpu > 0 ? (double) ncpu : 1, &cpus) < 0 ||
         sbx_json_int(r, j, "memory_mb", 16, (int64_t) host_memory_mb(), &memory) < 0 ||
-        sbx_json_int(r, j, "disk_mb", 1, 1 << 20, &disk) < 0 || sbx_json_int(r, j, "pids", 8, 65536, &pids) < 0)
+        sbx_json_int(r, j, "disk_mb", 1, 1 << 20, &disk) < 0 || sbx_json_int(r, j, "pids", 8, 65536, &pids) < 0 ||
+        sbx_json_string(r, j, "on_timeout", &on_timeout) < 0)
         goto out;
+    if (strcmp(on_timeout, "kill") != 0 && strcmp(on_timeout, "pause") != 0) {
+        sbx_reply_error(r, 400, "invalid_request", "'on_timeout' must be \"kill\" or \"pause\"");
+        goto out;
+    }
     if (metadata && json_object_size(metadata) > 64) {
         sbx_reply_error(r, 400, "invalid_request", "at most 64 metadata entries");
         goto out;
@@ -121,6 +131,7 @@ void sbx_api_sandbox_create(sbx_req *r)
     row.memory_mb = (uint64_t) memory;
     row.disk_mb = (uint64_t) disk;
     row.pids = (uint32_t) pids;
+    snprintf(row.on_timeout, sizeof row.on_timeout, "%s", on_timeout);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* A warm sandbox if the pool has one: the create is then a claim. */
@@ -184,7 +195,8 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
 
 static bool valid_state(const char *s)
 {
-    static const char *const states[] = { "running", "deleted", "expired", "unhealthy", "failed", "all", NULL };
+    static const char *const states[] = { "live",   "running", "paused", "deleted", "expired",
+                                          "unhealthy", "failed", "all",   NULL };
     for (size_t i = 0; states[i]; i++)
         if (strcmp(s, states[i]) == 0)
             return true;
@@ -193,7 +205,8 @@ static bool valid_state(const char *s)
 
 void sbx_api_sandbox_list(sbx_req *r)
 {
-    struct list_filter f = { r, "running", json_object(), false };
+    /* by default the live ones: running and paused */
+    struct list_filter f = { r, "live", json_object(), false };
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &f);
     if (f.bad)
         goto out;
@@ -244,7 +257,7 @@ void sbx_api_sandbox_get(sbx_req *r)
 
 void sbx_api_sandbox_delete(sbx_req *r)
 {
-    sbx_box *b = sbx_req_box(r);
+    sbx_box *b = sbx_req_box_as_is(r); /* no need to wake it to end it */
     if (!b)
         return;
     if (sbx_reg_end(&r->d->reg, b, "deleted", "deleted through the API"))
@@ -267,12 +280,16 @@ void sbx_api_sandbox_timeout(sbx_req *r)
         sbx_reply_error(r, 400, "invalid_request", "'timeout_s' is required");
         goto out;
     }
-    sbx_box *b = sbx_req_box(r);
+    sbx_box *b = sbx_req_box_as_is(r);
     if (!b)
         goto out;
     int64_t exp = sbx_now_wall_ms() + t * 1000;
     pthread_mutex_lock(&r->d->reg.lock);
-    b->expires_at = exp;
+    b->timeout_s = t;
+    if (b->paused) /* the new timeout starts when it resumes */
+        b->paused_remaining_ms = t * 1000;
+    else
+        b->expires_at = exp;
     pthread_mutex_unlock(&r->d->reg.lock);
     sbx_store_box_set_expiry(r->d->store, b->id, exp, t);
     sbx_reg_put(&r->d->reg, b);
@@ -289,7 +306,7 @@ out:
 
 void sbx_api_sandbox_metrics(sbx_req *r)
 {
-    sbx_box *b = sbx_req_box(r);
+    sbx_box *b = sbx_req_box_as_is(r);
     if (!b)
         return;
     sbx_cg_stats st;
@@ -320,4 +337,56 @@ void sbx_api_sandbox_metrics(sbx_req *r)
     json_object_set_new(o, "processes", json_integer(st.processes > 0 ? st.processes - 1 : 0));
     sbx_reg_put(&r->d->reg, b);
     sbx_reply_json(r, 200, o);
+}
+
+static void pause_or_resume(sbx_req *r, bool pause)
+{
+    json_t *j = sbx_req_json(r); /* no fields: {} or no body */
+    if (!j)
+        return;
+    static const char *const fields[] = { NULL };
+    if (sbx_json_only(r, j, fields) < 0) {
+        json_decref(j);
+        return;
+    }
+    json_decref(j);
+    sbx_box *b = sbx_req_box_as_is(r);
+    if (!b)
+        return;
+    sbx_error err = { 0 };
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int done = sbx_reg_pause(&r->d->reg, b, pause, 0, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    sbx_reg_put(&r->d->reg, b);
+    if (done < 0) {
+        if (err.errno_ == ENOTSUP)
+            sbx_reply_error(r, 501, "not_supported", "%s", err.msg);
+        else if (err.errno_ == ESRCH)
+            sbx_reply_error(r, 409, "conflict", "%s", err.msg);
+        else
+            sbx_reply_error(r, 503, "unavailable", "cannot %s sandbox %s: %s", pause ? "pause" : "resume", r->arg[0],
+                            err.msg);
+        return;
+    }
+    if (done)
+        sbx_log("info", "event=%s sandbox=%s ms=%.2f", pause ? "paused" : "resumed", r->arg[0],
+                (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) / 1e6);
+    sbx_box_row row;
+    if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
+        sbx_reply_json(r, 200, box_json(&row));
+        sbx_box_row_free(&row);
+    } else {
+        sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);
+    }
+}
+
+void sbx_api_sandbox_pause(sbx_req *r)
+{
+    pause_or_resume(r, true);
+}
+
+void sbx_api_sandbox_resume(sbx_req *r)
+{
+    pause_or_resume(r, false);
 }

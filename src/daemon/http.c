@@ -28,6 +28,8 @@ static const sbx_route routes[] = {
     { "GET", "/v1/sandboxes/{}", SBX_BODY_NONE, false, sbx_api_sandbox_get, NULL, NULL, 0 },
     { "DELETE", "/v1/sandboxes/{}", SBX_BODY_NONE, false, sbx_api_sandbox_delete, NULL, NULL, 0 },
     { "POST", "/v1/sandboxes/{}/timeout", SBX_BODY_JSON, false, sbx_api_sandbox_timeout, NULL, NULL, 0 },
+    { "POST", "/v1/sandboxes/{}/pause", SBX_BODY_JSON, false, sbx_api_sandbox_pause, NULL, NULL, 0 },
+    { "POST", "/v1/sandboxes/{}/resume", SBX_BODY_JSON, false, sbx_api_sandbox_resume, NULL, NULL, 0 },
     { "GET", "/v1/sandboxes/{}/metrics", SBX_BODY_NONE, false, sbx_api_sandbox_metrics, NULL, NULL, 0 },
     { "POST", "/v1/sandboxes/{}/commands", SBX_BODY_JSON, false, sbx_api_cmd_run, NULL, NULL, 0 },
     { "GET", "/v1/sandboxes/{}/commands", SBX_BODY_NONE, false, sbx_api_cmd_list, NULL, NULL, 0 },
@@ -378,6 +380,26 @@ int sbx_json_strmap(sbx_req *r, json_t *obj, const char *name, json_t **out)
 }
 
 sbx_box *sbx_req_box(sbx_req *r)
+{
+    sbx_box *b = sbx_req_box_as_is(r);
+    if (!b)
+        return NULL;
+    pthread_mutex_lock(&r->d->reg.lock);
+    bool paused = b->paused;
+    pthread_mutex_unlock(&r->d->reg.lock);
+    sbx_error err = { 0 };
+    if (paused && sbx_reg_pause(&r->d->reg, b, false, 0, &err) < 0) {
+        sbx_reply_error(r, err.errno_ == ESRCH ? 409 : 503, err.errno_ == ESRCH ? "conflict" : "unavailable",
+                        "sandbox %s is paused and could not be resumed: %s", b->id, err.msg);
+        sbx_reg_put(&r->d->reg, b);
+        return NULL;
+    }
+    if (paused)
+        sbx_log("info", "event=resumed sandbox=%s reason=\"%s %s\"", b->id, r->method, r->url);
+    return b;
+}
+
+sbx_box *sbx_req_box_as_is(sbx_req *r)
 {
     sbx_box *b = sbx_reg_get(&r->d->reg, r->arg[0], r->key.id);
     if (b)

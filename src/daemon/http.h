@@ -111,8 +111,10 @@ int sbx_json_strmap(sbx_req *r, json_t *obj, const char *name, json_t **out);
 
 /* The live sandbox {0} of the request's key, referenced (release with
  * sbx_reg_put).  Replies 404 (unknown / other key's) or 409 (ended) and
- * returns NULL. */
+ * returns NULL.  A paused sandbox is resumed first: any call that uses a
+ * sandbox wakes it (sbx_req_box_as_is does not: inspect, delete, pause). */
 sbx_box *sbx_req_box(sbx_req *r);
+sbx_box *sbx_req_box_as_is(sbx_req *r);
 
 /* RFC 3339 UTC with milliseconds. */
 void sbx_format_time(int64_t ms, char *out, size_t len);

@@ -68,7 +68,12 @@ static void *run(void *arg)
             if (init_exited(b)) {
                 sbx_reg_end(&d->reg, b, "failed", "sbx-init exited");
             } else if (exp && now >= exp) {
-                sbx_reg_end(&d->reg, b, "expired", "the sandbox's timeout passed");
+                sbx_error err = { 0 };
+                /* on_timeout "pause": a fresh timeout waits for the resume */
+                if (!b->pause_on_timeout || sbx_reg_pause(&d->reg, b, true, b->timeout_s * 1000, &err) < 0)
+                    sbx_reg_end(&d->reg, b, "expired", "the sandbox's timeout passed");
+                else
+                    sbx_log("info", "event=paused sandbox=%s reason=\"timeout (on_timeout: pause)\"", b->id);
             } else if (health && ping(b, why, sizeof why) < 0) {
                 sbx_log("warn", "event=health sandbox=%s result=unhealthy reason=\"%s\"", b->id, why);
                 sbx_reg_end(&d->reg, b, "unhealthy", why);

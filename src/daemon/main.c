@@ -272,7 +272,10 @@ int main(int argc, char **argv)
     char init_path[PATH_MAX];
     uid_t uid_base;
     sbx_spawner sp;
-    if (sbx_cg_host_detect(&host, getenv("SBX_CGROUP_PARENT"), &err) < 0 || sbx_cg_host_prepare(&host, &err) < 0 ||
+    sbx_error no_freezer = { 0 };
+    if (sbx_cg_host_detect(&host, getenv("SBX_CGROUP_PARENT"), &err) < 0 ||
+        (sbx_cg_host_add_freezer(&host, getenv("SBX_CGROUP_PARENT"), &no_freezer), 0) ||
+        sbx_cg_host_prepare(&host, &err) < 0 ||
         sbx_find_init(init_path, sizeof init_path, &err) < 0 || sbx_userns_uid_base(&uid_base, &err) < 0 ||
         sbx_spawner_start(&sp, abs_home, &host, init_path, uid_base, &err) < 0) {
         sbx_error_print(&err, stderr);
@@ -325,6 +328,8 @@ int main(int argc, char **argv)
         sbx_error_print(&err, stderr);
         return 1;
     }
+    if (no_freezer.msg[0])
+        sbx_log("warn", "event=no_pause reason=\"%s\" (POST .../pause answers 501)", no_freezer.msg);
     sbx_log("info", "event=listening address=%s home=%s cgroup=v%d sandboxes=%zu", bound, abs_home,
             host.mode == SBX_CG_V2 ? 2 : 1, sbx_reg_count(&d.reg, NULL));
     int sig;

@@ -41,6 +41,7 @@ int sbx_reg_init(sbx_registry *reg, sbx_store *store, sbx_spawner *sp, const sbx
 
 static void box_free(sbx_box *b)
 {
+    pthread_mutex_destroy(&b->pause_lock);
     if (b->pidfd >= 0)
         close(b->pidfd);
     sbx_cgroup_release(&b->cg);
@@ -183,6 +184,9 @@ int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err)
     b->disk_bytes = row->disk_mb << 20;
     b->millicpus = row->millicpus;
     b->expires_at = row->expires_at;
+    b->timeout_s = row->timeout_s;
+    b->pause_on_timeout = strcmp(row->on_timeout, "pause") == 0;
+    pthread_mutex_init(&b->pause_lock, NULL);
     if (sbx_template_open(&b->tpl, reg->home, row->template_name, reg->uid_base, err) < 0)
         goto fail;
 
@@ -239,6 +243,8 @@ int sbx_reg_claim(sbx_registry *reg, sbx_box *b, const sbx_box_row *row, sbx_err
     b->envs = json_incref(row->envs);
     b->millicpus = row->millicpus;
     b->expires_at = row->expires_at;
+    b->timeout_s = row->timeout_s;
+    b->pause_on_timeout = strcmp(row->on_timeout, "pause") == 0;
     pthread_mutex_unlock(&reg->lock);
     sbx_store_event(reg->store, row->id, row->key_id, "created", row->template_name);
     return 0;
@@ -290,6 +296,57 @@ int sbx_reg_end(sbx_registry *reg, sbx_box *b, const char *state, const char *re
         sbx_reg_put(reg, b);
     }
     return 1;
+}
+
+int sbx_reg_pause(sbx_registry *reg, sbx_box *b, bool pause, int64_t remaining_ms, sbx_error *err)
+{
+    pthread_mutex_lock(&b->pause_lock);
+    pthread_mutex_lock(&reg->lock);
+    bool is = b->paused, gone = b->gone;
+    int64_t exp = b->expires_at, left = b->paused_remaining_ms;
+    pthread_mutex_unlock(&reg->lock);
+    int ret = 0;
+    int64_t now = sbx_now_wall_ms();
+    if (gone) {
+        ret = sbx_error_set(err, ESRCH, "sandbox %s has ended", b->id);
+    } else if (is == pause) {
+        ret = 0; /* already so */
+    } else if (pause) {
+        /* the clock stops: what is left of the timeout waits for the resume */
+        int64_t remaining = remaining_ms > 0 ? remaining_ms : exp > now ? exp - now : 1000;
+        if (sbx_cgroup_freeze(&b->cg, true, err) < 0) {
+            ret = -1;
+        } else if (sbx_store_box_pause(reg->store, b->id, remaining) != 1) {
+            sbx_error e2 = { 0 };
+            sbx_cgroup_freeze(&b->cg, false, &e2);
+            ret = sbx_error_set(err, ESRCH, "sandbox %s has ended", b->id);
+        } else {
+            pthread_mutex_lock(&reg->lock);
+            b->paused = true;
+            b->expires_at = 0;
+            b->paused_remaining_ms = remaining;
+            pthread_mutex_unlock(&reg->lock);
+            sbx_store_event(reg->store, b->id, b->key_id, "paused", NULL);
+            ret = 1;
+        }
+    } else {
+        int64_t exp2 = now + (left > 0 ? left : b->timeout_s * 1000);
+        if (sbx_cgroup_freeze(&b->cg, false, err) < 0) {
+            ret = -1;
+        } else if (sbx_store_box_resume(reg->store, b->id, exp2) != 1) {
+            ret = sbx_error_set(err, ESRCH, "sandbox %s has ended", b->id);
+        } else {
+            pthread_mutex_lock(&reg->lock);
+            b->paused = false;
+            b->expires_at = exp2;
+            b->paused_remaining_ms = 0;
+            pthread_mutex_unlock(&reg->lock);
+            sbx_store_event(reg->store, b->id, b->key_id, "resumed", NULL);
+            ret = 1;
+        }
+    }
+    pthread_mutex_unlock(&b->pause_lock);
+    return ret;
 }
 
 static void *reaper(void *arg)
@@ -386,6 +443,13 @@ static void reattach(sbx_registry *reg, sbx_box_row *row)
     b->expires_at = row->expires_at;
     b->cpu_seconds = row->cpu_seconds;
     b->gib_seconds = row->gib_seconds;
+    b->timeout_s = row->timeout_s;
+    b->pause_on_timeout = strcmp(row->on_timeout, "pause") == 0;
+    /* a paused sandbox stayed frozen while sbxd was away (the kernel keeps
+     * the cgroup frozen): it stays paused */
+    b->paused = strcmp(row->state, "paused") == 0;
+    b->paused_remaining_ms = row->paused_remaining_ms;
+    pthread_mutex_init(&b->pause_lock, NULL);
     if (sbx_template_open(&b->tpl, reg->home, row->template_name, reg->uid_base, &err) < 0 ||
         sbx_cgroup_open(&b->cg, reg->host, row->id, &err) < 0) {
         sbx_log("warn", "event=reconcile sandbox=%s error=\"%s\"", row->id, err.msg);
@@ -395,7 +459,8 @@ static void reattach(sbx_registry *reg, sbx_box_row *row)
         return;
     }
     add(reg, b);
-    sbx_log("info", "event=reconcile sandbox=%s result=reattached pid=%d", row->id, (int) row->init_pid);
+    sbx_log("info", "event=reconcile sandbox=%s result=reattached pid=%d%s", row->id, (int) row->init_pid,
+            b->paused ? " paused=1" : "");
 }
 
 void sbx_reg_reconcile(sbx_registry *reg)
@@ -404,7 +469,7 @@ void sbx_reg_reconcile(sbx_registry *reg)
     size_t n;
     /* the pool is refilled by this run, with its own configuration */
     sbx_store_box_drain_pool(reg->store, sbx_now_wall_ms());
-    if (sbx_store_box_list(reg->store, NULL, "running", &rows, &n) == 0) {
+    if (sbx_store_box_list(reg->store, NULL, "live", &rows, &n) == 0) {
         for (size_t i = 0; i < n; i++) {
             reattach(reg, &rows[i]);
             sbx_box_row_free(&rows[i]);

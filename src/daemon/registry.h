@@ -41,7 +41,14 @@ typedef struct sbx_box {
     /* usage sampling (lifecycle thread only) */
     double cpu_seconds, gib_seconds;
     int64_t last_sample_ms;
-    int64_t expires_at;       /* guarded by the registry lock */
+    int64_t expires_at;       /* guarded by the registry lock; 0: none (paused, pooled) */
+    int64_t timeout_s;
+    bool pause_on_timeout;    /* on_timeout "pause": the timeout pauses it */
+    /* paused: the workload is frozen; guarded by the registry lock, changed
+     * under pause_lock (one pause or resume at a time) */
+    bool paused;
+    int64_t paused_remaining_ms;
+    pthread_mutex_t pause_lock;
     struct sbx_box *reap_next; /* on the reaper's queue */
 } sbx_box;
 
@@ -78,6 +85,12 @@ int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err);
  * metadata, envs, limits filled by the caller): limits, database, then the
  * in-memory fields.  On failure the caller ends b. */
 int sbx_reg_claim(sbx_registry *reg, sbx_box *b, const sbx_box_row *row, sbx_error *err);
+
+/* Pause (freeze every user process; the timeout clock stops, keeping what
+ * was left, or remaining_ms if > 0) or resume (the clock restarts with
+ * what was left).  1 done, 0 it already was so, -1 on failure (err:
+ * ENOTSUP without a freezer, ESRCH if it ended). */
+int sbx_reg_pause(sbx_registry *reg, sbx_box *b, bool pause, int64_t remaining_ms, sbx_error *err);
 
 /* End a live sandbox: 1 ended by this call, 0 it was already ending.
  * The state change, the removal from the registry and the SIGKILL to

@@ -34,7 +34,10 @@ static const char SCHEMA[] =
     "  cpu_seconds REAL NOT NULL DEFAULT 0, gib_seconds REAL NOT NULL DEFAULT 0,"
     /* 1 once its processes, cgroups and socket are gone: an sbxd killed
      * between ending a sandbox and cleaning it up finishes the job on start */
-    "  cleaned INTEGER NOT NULL DEFAULT 0);"
+    "  cleaned INTEGER NOT NULL DEFAULT 0,"
+    /* paused: what was left of the timeout when it was paused (the clock
+     * stops); on_timeout: 'kill' or 'pause' */
+    "  paused_remaining_ms INTEGER NOT NULL DEFAULT 0, on_timeout TEXT NOT NULL DEFAULT 'kill');"
     "CREATE INDEX IF NOT EXISTS sandboxes_key_state ON sandboxes(key_id, state);"
     "CREATE TABLE IF NOT EXISTS commands("
     "  sandbox_id TEXT NOT NULL, pid INTEGER NOT NULL, argv TEXT NOT NULL, background INTEGER NOT NULL,"
@@ -73,6 +76,14 @@ int sbx_store_open(sbx_store **out, const char *path, sbx_error *err)
         free(st);
         return -1;
     }
+    /* Columns added since the first release: ALTER fails with "duplicate
+     * column" on a database that has them, which is fine. */
+    static const char *const added[] = {
+        "ALTER TABLE sandboxes ADD COLUMN paused_remaining_ms INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'kill'",
+    };
+    for (size_t i = 0; i < sizeof added / sizeof *added; i++)
+        sqlite3_exec(st->db, added[i], NULL, NULL, NULL);
     pthread_mutex_init(&st->lock, NULL);
     *out = st;
     return 0;
@@ -215,11 +226,12 @@ int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err)
         rc = LOCKED(st, exec_stmt(st, run(st,
                                           "INSERT INTO sandboxes(id, key_id, template, state, created_at, expires_at, "
                                           "timeout_s, metadata, envs, millicpus, memory_mb, disk_mb, pids, init_pid, "
-                                          "init_start) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                                          "ssssiiissiiiiii", r->id, r->key_id, r->template_name, r->state,
+                                          "init_start, on_timeout) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                          "ssssiiissiiiiiis", r->id, r->key_id, r->template_name, r->state,
                                           r->created_at, r->expires_at, r->timeout_s, md, ev, (int64_t) r->millicpus,
                                           (int64_t) r->memory_mb, (int64_t) r->disk_mb, (int64_t) r->pids,
-                                          (int64_t) r->init_pid, (int64_t) r->init_start)));
+                                          (int64_t) r->init_pid, (int64_t) r->init_start,
+                                          r->on_timeout[0] ? r->on_timeout : "kill")));
     free(md);
     free(ev);
     if (rc < 0)
@@ -229,7 +241,8 @@ int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err)
 
 #define BOX_COLUMNS                                                                                                    \
     "id, key_id, template, state, created_at, expires_at, ended_at, end_reason, timeout_s, metadata, envs, "          \
-    "millicpus, memory_mb, disk_mb, pids, init_pid, init_start, cpu_seconds, gib_seconds"
+    "millicpus, memory_mb, disk_mb, pids, init_pid, init_start, cpu_seconds, gib_seconds, paused_remaining_ms, "    \
+    "on_timeout"
 
 static void read_row(sqlite3_stmt *s, sbx_box_row *r)
 {
@@ -257,6 +270,8 @@ static void read_row(sqlite3_stmt *s, sbx_box_row *r)
     r->init_start = (uint64_t) sqlite3_column_int64(s, 16);
     r->cpu_seconds = sqlite3_column_double(s, 17);
     r->gib_seconds = sqlite3_column_double(s, 18);
+    r->paused_remaining_ms = sqlite3_column_int64(s, 19);
+    snprintf(r->on_timeout, sizeof r->on_timeout, "%s", col_text(s, 20));
 }
 
 int sbx_store_box_get(sbx_store *st, const char *id, sbx_box_row *out)
@@ -302,7 +317,7 @@ int sbx_store_box_list(sbx_store *st, const char *key_id, const char *state, sbx
     pthread_mutex_lock(&st->lock);
     int ret = collect_rows(run(st,
                                "SELECT " BOX_COLUMNS " FROM sandboxes WHERE (?1 IS NULL OR key_id = ?1) AND (?2 IS NULL "
-                               "OR state = ?2) ORDER BY created_at",
+                               "OR state = ?2 OR (?2 = 'live' AND state IN ('running', 'paused'))) ORDER BY created_at",
                                "ss", key_id, state),
                            rows, n);
     pthread_mutex_unlock(&st->lock);
@@ -313,7 +328,7 @@ int sbx_store_box_end(sbx_store *st, const char *id, const char *new_state, cons
 {
     return LOCKED(st, exec_stmt(st, run(st,
                                         "UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND "
-                                        "state IN ('running', 'pooled')",
+                                        "state IN ('running', 'pooled', 'paused')",
                                         "ssis", new_state, reason, now_ms, id)));
 }
 
@@ -325,13 +340,30 @@ int sbx_store_box_claim(sbx_store *st, const sbx_box_row *r)
         rc = LOCKED(st, exec_stmt(st, run(st,
                                           "UPDATE sandboxes SET key_id = ?, state = 'running', created_at = ?, "
                                           "expires_at = ?, timeout_s = ?, metadata = ?, envs = ?, millicpus = ?, "
-                                          "memory_mb = ?, pids = ?, cpu_seconds = 0, gib_seconds = 0 "
+                                          "memory_mb = ?, pids = ?, on_timeout = ?, cpu_seconds = 0, gib_seconds = 0 "
                                           "WHERE id = ? AND state = 'pooled'",
-                                          "siiissiiis", r->key_id, r->created_at, r->expires_at, r->timeout_s, md, ev,
-                                          (int64_t) r->millicpus, (int64_t) r->memory_mb, (int64_t) r->pids, r->id)));
+                                          "siiissiiiss", r->key_id, r->created_at, r->expires_at, r->timeout_s, md, ev,
+                                          (int64_t) r->millicpus, (int64_t) r->memory_mb, (int64_t) r->pids,
+                                          r->on_timeout[0] ? r->on_timeout : "kill", r->id)));
     free(md);
     free(ev);
     return rc;
+}
+
+int sbx_store_box_pause(sbx_store *st, const char *id, int64_t remaining_ms)
+{
+    return LOCKED(st, exec_stmt(st, run(st,
+                                        "UPDATE sandboxes SET state = 'paused', expires_at = 0, paused_remaining_ms = ? "
+                                        "WHERE id = ? AND state = 'running'",
+                                        "is", remaining_ms, id)));
+}
+
+int sbx_store_box_resume(sbx_store *st, const char *id, int64_t expires_at)
+{
+    return LOCKED(st, exec_stmt(st, run(st,
+                                        "UPDATE sandboxes SET state = 'running', expires_at = ?, paused_remaining_ms = 0 "
+                                        "WHERE id = ? AND state = 'paused'",
+                                        "is", expires_at, id)));
 }
 
 int sbx_store_box_drain_pool(sbx_store *st, int64_t now_ms)
@@ -362,7 +394,7 @@ int sbx_store_box_list_uncleaned(sbx_store *st, sbx_box_row **rows, size_t *n)
 {
     pthread_mutex_lock(&st->lock);
     int ret = collect_rows(
-        run(st, "SELECT " BOX_COLUMNS " FROM sandboxes WHERE state != 'running' AND cleaned = 0", ""), rows, n);
+        run(st, "SELECT " BOX_COLUMNS " FROM sandboxes WHERE state NOT IN ('running', 'paused', 'pooled') AND cleaned = 0", ""), rows, n);
     pthread_mutex_unlock(&st->lock);
     return ret;
 }
@@ -370,8 +402,9 @@ int sbx_store_box_list_uncleaned(sbx_store *st, sbx_box_row **rows, size_t *n)
 int sbx_store_box_set_expiry(sbx_store *st, const char *id, int64_t expires_at, int64_t timeout_s)
 {
     return LOCKED(st, exec_stmt(st, run(st,
-                                        "UPDATE sandboxes SET expires_at = ?, timeout_s = ? WHERE id = ? AND state = "
-                                        "'running'",
+                                        "UPDATE sandboxes SET expires_at = CASE state WHEN 'paused' THEN 0 ELSE ?1 END, "
+                                        "paused_remaining_ms = CASE state WHEN 'paused' THEN ?2 * 1000 ELSE 0 END, "
+                                        "timeout_s = ?2 WHERE id = ?3 AND state IN ('running', 'paused')",
                                         "iis", expires_at, timeout_s, id)));
 }
 

@@ -50,18 +50,24 @@ typedef struct sbx_box_row {
     int32_t init_pid;
     uint64_t init_start;
     double cpu_seconds, gib_seconds;
+    int64_t paused_remaining_ms; /* state "paused": the timeout left */
+    char on_timeout[8];          /* "kill" (default) or "pause" */
 } sbx_box_row;
 
 void sbx_box_row_free(sbx_box_row *r);
 int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err);
 /* 1 found, 0 not. */
 int sbx_store_box_get(sbx_store *st, const char *id, sbx_box_row *out);
-/* Every row in `state` (NULL: all), for one key (NULL: all keys); the
+/* Every row in `state` (NULL: all; "live": running or paused), for one key (NULL: all keys); the
  * caller frees each row and the array. */
 int sbx_store_box_list(sbx_store *st, const char *key_id, const char *state, sbx_box_row **rows, size_t *n);
 /* A warm-pool sandbox (state "pooled") becomes r's: owner, times,
  * metadata, envs, limits.  1 done, 0 it was not pooled. */
 int sbx_store_box_claim(sbx_store *st, const sbx_box_row *r);
+/* running -> paused (its expiry cleared, remaining_ms kept) and back
+ * (expiring at expires_at): 1 done, 0 it was not in the state. */
+int sbx_store_box_pause(sbx_store *st, const char *id, int64_t remaining_ms);
+int sbx_store_box_resume(sbx_store *st, const char *id, int64_t expires_at);
 /* At start: pooled sandboxes of an earlier run become "deleted" (their
  * clean-up then happens as for any ended, uncleaned sandbox). */
 int sbx_store_box_drain_pool(sbx_store *st, int64_t now_ms);

@@ -244,6 +244,53 @@ int sbx_cg_host_detect(sbx_cg_host *host, const char *parent_override, sbx_error
     return 0;
 }
 
+int sbx_cg_host_add_freezer(sbx_cg_host *host, const char *parent_override, sbx_error *err)
+{
+    if (host->mode == SBX_CG_V2)
+        return 1;
+    for (int i = 0; i < host->n; i++)
+        if (host->ctrl[i] && list_has(host->ctrl[i], strlen(host->ctrl[i]), "freezer"))
+            return 1;
+    _cleanup_free_ char *mi = sbx_read_file_alloc("/proc/self/mountinfo", NULL);
+    _cleanup_free_ char *pc = sbx_read_file_alloc("/proc/self/cgroup", NULL);
+    struct cg_mount m;
+    char own[PATH_MAX];
+    if (!mi || !pc || !find_mount(mi, "cgroup", "freezer", &m)) {
+        sbx_error_set(err, 0, "no cgroup v1 freezer hierarchy is mounted");
+        return 0;
+    }
+    if (!parent_override && !find_own_path(pc, "freezer", own, sizeof own)) {
+        sbx_error_set(err, 0, "/proc/self/cgroup names no freezer cgroup");
+        return 0;
+    }
+    char *dir = join_cgroup_dir(&m, parent_override ? parent_override : own);
+    struct stat st;
+    if (!dir || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        sbx_error_set(err, ENOENT, "freezer cgroup %s", dir ? dir : "(none)");
+        free(dir);
+        return 0;
+    }
+    for (int i = 0; i < host->n; i++)
+        if (strcmp(host->base[i], dir) == 0) { /* co-mounted with one we use */
+            char *list = NULL;
+            free(dir);
+            if (asprintf(&list, "%s,freezer", host->ctrl[i]) < 0)
+                return sbx_error_set(err, ENOMEM, "cgroup controllers"), 0;
+            free(host->ctrl[i]);
+            host->ctrl[i] = list;
+            return 1;
+        }
+    if (host->n == SBX_CG_MAX_HIER) {
+        free(dir);
+        sbx_error_set(err, 0, "too many cgroup hierarchies");
+        return 0;
+    }
+    host->base[host->n] = dir;
+    host->ctrl[host->n] = strdup("freezer");
+    host->n++;
+    return 1;
+}
+
 static int write_at(sbx_error *err, const char *dir, const char *file, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int write_at(sbx_error *err, const char *dir, const char *file, const char *fmt, ...)
@@ -630,10 +677,100 @@ static int rmdir_retry(const char *dir, bool kill_first)
     return -EBUSY;
 }
 
+/* The work directory of the hierarchy holding the v1 freezer, or NULL. */
+static const char *freezer_dir(const sbx_cgroup *cg)
+{
+    for (int i = 0; i < cg->n; i++)
+        if (cg->mode == SBX_CG_V1 && cg->ctrl[i] && list_has(cg->ctrl[i], strlen(cg->ctrl[i]), "freezer"))
+            return cg->dir[i];
+    return NULL;
+}
+
+/* Has the kernel finished freezing (or thawing) `work`? */
+static bool freeze_done(const sbx_cgroup *cg, bool frozen)
+{
+    char path[PATH_MAX], buf[256];
+    if (cg->mode == SBX_CG_V2) {
+        snprintf(path, sizeof path, "%s/work/cgroup.events", cg->dir[0]);
+        if (sbx_read_file(path, buf, sizeof buf) < 0)
+            return false;
+        const char *f = strstr(buf, "frozen ");
+        return f && (f[7] == '1') == frozen;
+    }
+    snprintf(path, sizeof path, "%s/work/freezer.state", freezer_dir(cg));
+    if (sbx_read_file(path, buf, sizeof buf) < 0)
+        return false;
+    return strncmp(buf, frozen ? "FROZEN" : "THAWED", 6) == 0;
+}
+
+int sbx_cgroup_freeze(const sbx_cgroup *cg, bool frozen, sbx_error *err)
+{
+    if (cg->n == 0)
+        return sbx_error_set(err, ENOTSUP, "no cgroups");
+    char work[PATH_MAX];
+    if (cg->mode == SBX_CG_V2) {
+        snprintf(work, sizeof work, "%s/work", cg->dir[0]);
+        if (write_at(err, work, "cgroup.freeze", frozen ? "1" : "0") < 0)
+            return -1;
+    } else {
+        const char *dir = freezer_dir(cg);
+        if (!dir)
+            return sbx_error_set(err, ENOTSUP, "pausing needs the cgroup v1 freezer hierarchy (not mounted, or "
+                                               "not found when sbxd started)");
+        snprintf(work, sizeof work, "%s/work", dir);
+        if (write_at(err, work, "freezer.state", frozen ? "FROZEN" : "THAWED") < 0)
+            return -1;
+    }
+    /* Freezing completes once every task has reached the refrigerator: a
+     * task in an uninterruptible sleep (I/O) delays it; give up after 5 s
+     * rather than leave the sandbox half frozen. */
+    char state_file[PATH_MAX];
+    snprintf(state_file, sizeof state_file, "%s/freezer.state", work);
+    for (int i = 0; i < 5000; i++) {
+        if (freeze_done(cg, frozen))
+            return 0;
+        struct timespec ts = { 0, i < 100 ? 100 * 1000 : 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        /* v1 re-walks the tasks on every write: one that a fork or an exec
+         * let slip past the first walk is caught by a later one */
+        if (cg->mode == SBX_CG_V1 && i % 100 == 99)
+            sbx_write_file(state_file, frozen ? "FROZEN" : "THAWED");
+    }
+    char stuck[256] = "";
+    if (frozen) { /* name a task that did not freeze, for whoever debugs it */
+        char path[PATH_MAX], procs[4096];
+        snprintf(path, sizeof path, "%s/cgroup.procs", work);
+        ssize_t n = sbx_read_file(path, procs, sizeof procs);
+        for (char *t = n > 0 ? strtok(procs, "\n") : NULL; t; t = strtok(NULL, "\n")) {
+            char st[512];
+            snprintf(path, sizeof path, "/proc/%s/stat", t);
+            if (sbx_read_file(path, st, sizeof st) > 0 && !strstr(st, ") D ")) {
+                snprintf(stuck, sizeof stuck, " (pid %s is not frozen: %.120s)", t, st);
+                break;
+            }
+        }
+    }
+    if (frozen) {
+        sbx_error e2 = { 0 };
+        sbx_cgroup_freeze(cg, false, &e2);
+    }
+    return sbx_error_set(err, ETIMEDOUT, "the sandbox's processes did not %s within 5 s%s",
+                         frozen ? "freeze" : "thaw", stuck);
+}
+
 int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_error *err)
 {
     int ret = 0;
     sbx_cgroup_close_fds(cg);
+    /* A frozen task cannot die (v1 keeps even SIGKILL pending until thaw):
+     * thaw a paused sandbox first.  Harmless when it is not frozen. */
+    if (cg->mode == SBX_CG_V2 || freezer_dir(cg)) {
+        sbx_error ignored = { 0 };
+        char work[PATH_MAX];
+        snprintf(work, sizeof work, "%s/work", cg->mode == SBX_CG_V2 ? cg->dir[0] : freezer_dir(cg));
+        write_at(&ignored, work, cg->mode == SBX_CG_V2 ? "cgroup.freeze" : "freezer.state",
+                 cg->mode == SBX_CG_V2 ? "0" : "THAWED");
+    }
     for (int i = 0; i < cg->n; i++) {
         if (!cg->dir[i])
             continue;

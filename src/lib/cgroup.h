@@ -67,6 +67,13 @@ int sbx_cg_host_parse(sbx_cg_host *host, const char *mountinfo, const char *proc
                       const char *parent_override, sbx_error *err);
 void sbx_cg_host_free(sbx_cg_host *host);
 
+/* Pausing (sbxd): on cgroup v1, also nest sandboxes in the freezer
+ * hierarchy, as one more hierarchy (its directory must exist: our own
+ * cgroup, or parent_override's).  Returns 1 if pausing is possible (always
+ * on v2, where cgroup.freeze is built in), 0 if not (err says why).  Costs
+ * one more cgroup migration per sandbox on v1, so `sbx run` does not. */
+int sbx_cg_host_add_freezer(sbx_cg_host *host, const char *parent_override, sbx_error *err);
+
 /* Make the host ready to nest sandboxes.  On v2, enable the memory, cpu and
  * pids controllers for our cgroup's children, first moving this process
  * into a leaf "sbx-self" if it is the only one there (v2 allows controllers
@@ -117,7 +124,14 @@ int sbx_cgroup_stats(const sbx_cgroup *cg, sbx_cg_stats *st);
 /* Number of OOM kills in the workload so far (0 if unknown). */
 uint64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg);
 
-/* Kill whatever is left, wait for the cgroups to empty, remove them. */
+/* Freeze (true) or thaw the workload (`work`: every user process and the
+ * zygote; sbx-init stays awake to answer).  Returns when the kernel says
+ * the cgroup is frozen (or thawed), or -1 with err: ENOTSUP without a
+ * freezer, ETIMEDOUT if freezing did not complete within 5 s (the cgroup is
+ * thawed again). */
+int sbx_cgroup_freeze(const sbx_cgroup *cg, bool frozen, sbx_error *err);
+
+/* Thaw, kill whatever is left, wait for the cgroups to empty, remove them. */
 int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_error *err);
 
 #endif

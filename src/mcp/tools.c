@@ -277,6 +277,24 @@ static json_t *sandbox_kill(sbx_mcp_call *c, json_t *args)
     return ok(json_pack("{s:s, s:b}", "sandbox_id", id, "killed", 1));
 }
 
+static json_t *sandbox_pause_resume(sbx_mcp_call *c, json_t *args, const char *what)
+{
+    sbx_error err = { 0 };
+    char *p = sandbox_path(c, str(args, "sandbox_id"), what, &err);
+    _cleanup_json_ json_t *body = json_object();
+    return p ? rest_tool(c, "POST", p, body) : fail("%s", err.msg);
+}
+
+static json_t *sandbox_pause(sbx_mcp_call *c, json_t *args)
+{
+    return sandbox_pause_resume(c, args, "/pause");
+}
+
+static json_t *sandbox_resume(sbx_mcp_call *c, json_t *args)
+{
+    return sandbox_pause_resume(c, args, "/resume");
+}
+
 static json_t *sandbox_set_timeout(sbx_mcp_call *c, json_t *args)
 {
     sbx_error err = { 0 };
@@ -729,7 +747,7 @@ json_t *sbx_mcp_resource_read(sbx_mcp_call *c, const char *uri, int *code, sbx_e
 #define SANDBOX_OUT                                                                                                    \
     "{\"type\": \"object\", \"required\": [\"id\", \"state\"], \"properties\": {"                                      \
     "\"id\": {\"type\": \"string\"}, \"state\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"},"         \
-    "\"created_at\": {\"type\": \"string\"}, \"expires_at\": {\"type\": \"string\"},"                                  \
+    "\"created_at\": {\"type\": \"string\"}, \"expires_at\": {\"type\": [\"string\", \"null\"]},"                                  \
     "\"metadata\": {\"type\": \"object\"}}}"
 #define ENTRY_PROPS                                                                                                    \
     "\"name\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, \"type\": {\"type\": \"string\"},"            \
@@ -750,14 +768,17 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "\"cpus\": {\"type\": \"number\", \"description\": \"CPU limit in cores.\"},"
       "\"memory_mb\": {\"type\": \"integer\", \"description\": \"Memory limit in MiB.\"},"
       "\"disk_mb\": {\"type\": \"integer\", \"description\": \"Writable disk space in MiB.\"},"
-      "\"pids\": {\"type\": \"integer\", \"description\": \"Limit on processes.\"}}}",
+      "\"pids\": {\"type\": \"integer\", \"description\": \"Limit on processes.\"},"
+      "\"on_timeout\": {\"type\": \"string\", \"enum\": [\"kill\", \"pause\"], \"description\": \"What the "
+      "timeout does: kill (default) or pause the sandbox.\"}}}",
       SANDBOX_OUT, sandbox_create },
     { "sandbox_list", "List sandboxes",
       "List your sandboxes: the running ones by default, or those in a given state; metadata filters by your labels "
       "(all must match).",
       "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {"
       "\"state\": {\"type\": \"string\", \"enum\": [\"running\", \"expired\", \"deleted\", \"failed\", "
-      "\"unhealthy\", \"all\"], \"description\": \"Which to list (default running; all: every state).\"},"
+      "\"unhealthy\", \"paused\", \"all\"], \"description\": \"Which to list (default the live ones: running "
+      "and paused; all: every state).\"},"
       "\"metadata\": {\"type\": \"object\", \"additionalProperties\": {\"type\": \"string\"}}}}",
       "{\"type\": \"object\", \"required\": [\"sandboxes\"], \"properties\": {\"sandboxes\": {\"type\": \"array\", "
       "\"items\": " SANDBOX_OUT "}}}",
@@ -883,6 +904,17 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "{\"type\": \"object\", \"required\": [\"path\", \"removed\"], \"properties\": {\"path\": {\"type\": "
       "\"string\"}, \"removed\": {\"type\": \"boolean\"}}}",
       files_remove },
+    { "sandbox_pause", "Pause a sandbox",
+      "Freeze every process of a sandbox: it uses no CPU, keeps its memory, files and running commands, and its "
+      "timeout stops counting. Any later tool call on it (or sandbox_resume) continues exactly where it stopped.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\"], \"properties\": "
+      "{" SANDBOX_ID "}}",
+      SANDBOX_OUT, sandbox_pause },
+    { "sandbox_resume", "Resume a sandbox",
+      "Wake a paused sandbox: its processes continue where they stopped and its timeout counts again.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\"], \"properties\": "
+      "{" SANDBOX_ID "}}",
+      SANDBOX_OUT, sandbox_resume },
 };
 const size_t sbx_mcp_ntools = sizeof sbx_mcp_tools / sizeof *sbx_mcp_tools;
 

@@ -50,7 +50,7 @@ ENV_KEY = "api-tests-env-key-0123456789abcdef"
 T = 60  # default HTTP timeout: a hung sbxd fails a test, not the run
 NDJSON = "application/x-ndjson"
 ID_RE = re.compile(r"sbx-([0-9a-f]{32})")
-CG_V1_CONTROLLERS = ("memory", "cpu", "pids")  # what sbx uses on cgroup v1
+CG_V1_CONTROLLERS = ("memory", "cpu", "pids", "freezer")  # what sbxd uses on cgroup v1 (freezer: pause)
 
 
 def sbxd_bin():
@@ -307,7 +307,7 @@ class Sbxd:
             if name in self.revoked:
                 continue
             c = Client(self, key)
-            r = c.get("/v1/sandboxes?state=running")
+            r = c.get("/v1/sandboxes?state=live")
             if r.status_code != 200:
                 problems.append(f"list for key {name}: {r.status_code} {r.text[:200]}")
                 continue
@@ -400,7 +400,7 @@ class Scope:
                 if key not in [d.keys[n] for n in d.keys if n not in d.revoked]:
                     continue
                 c = Client(d, key)
-                r = c.get("/v1/sandboxes?state=running")
+                r = c.get("/v1/sandboxes?state=live")
                 if r.status_code != 200:
                     problems.append(f"list: {r.status_code} {r.text[:200]}")
                     continue

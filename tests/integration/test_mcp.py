@@ -54,6 +54,7 @@ TOOL_NAMES = {
     "sandbox_create", "sandbox_list", "sandbox_info", "sandbox_kill", "sandbox_set_timeout",
     "command_run", "command_list", "command_kill",
     "files_write", "files_read", "files_list", "files_stat", "files_mkdir", "files_move", "files_remove",
+    "sandbox_pause", "sandbox_resume",
 }
 TEMPLATE = "sbx://sandboxes/{sandbox_id}/files/{+path}"
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
@@ -469,7 +470,7 @@ def run_sdk_client(node22, node_modules, daemon, transport):
     r = subprocess.run([node22, SDK_CLIENT, transport], env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, f"sdk_client.mjs {transport} failed ({r.returncode}):\n{r.stderr[-6000:]}"
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert res["checks"] == ["initialize", "tools/list", "sandbox_create", "sandbox_info/list/set_timeout",
+    assert res["checks"] == ["initialize", "tools/list", "sandbox_create", "sandbox_info/list/set_timeout", "sandbox_pause/resume",
                              "command_run", "background + command_list/command_kill", "text file round trip",
                              "PNG round trip", "random bytes round trip", "resources", "files_*", "progress",
                              "cancellation", "errors", "sandbox_kill", "close"], res
@@ -842,7 +843,7 @@ def test_http_tool_argument_errors(mcp, mscope):
 
 
 def test_http_tools_list_pagination(mcp):
-    """tools/list: at most 8 tools a page, nextCursor chains through all 15
+    """tools/list: at most 8 tools a page, nextCursor chains through all 17
     tools (each once, each with inputSchema and outputSchema); a cursor the
     server did not issue is -32602."""
     c = mcp()
@@ -860,7 +861,7 @@ def test_http_tools_list_pagination(mcp):
             break
         assert isinstance(cursor, str) and cursor, res
         assert pages < 5
-    assert sorted(seen) == sorted(TOOL_NAMES) and pages == 2, (pages, seen)
+    assert sorted(seen) == sorted(TOOL_NAMES) and pages == 3, (pages, seen)
     for bogus in ("bogus", "", "0", "99", cursor or "x" * 40):
         err = c.error("tools/list", {"cursor": bogus})
         assert err["code"] == -32602, (bogus, err)

@@ -77,7 +77,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // the contract's tool table (docs/mcp.md): arguments and the required ones
 
 const TOOLS = {
-    sandbox_create: [['template', 'timeout_s', 'metadata', 'envs', 'cpus', 'memory_mb', 'disk_mb', 'pids'], []],
+    sandbox_create: [['template', 'timeout_s', 'metadata', 'envs', 'cpus', 'memory_mb', 'disk_mb', 'pids', 'on_timeout'], []],
     sandbox_list: [['state', 'metadata'], []],
     sandbox_info: [['sandbox_id'], ['sandbox_id']],
     sandbox_kill: [['sandbox_id'], ['sandbox_id']],
@@ -92,6 +92,8 @@ const TOOLS = {
     files_mkdir: [['sandbox_id', 'path'], ['sandbox_id', 'path']],
     files_move: [['sandbox_id', 'from', 'to'], ['sandbox_id', 'from', 'to']],
     files_remove: [['sandbox_id', 'path', 'recursive'], ['sandbox_id', 'path']],
+    sandbox_pause: [['sandbox_id'], ['sandbox_id']],
+    sandbox_resume: [['sandbox_id'], ['sandbox_id']],
 };
 
 // ---------------------------------------------------------------------------
@@ -255,7 +257,7 @@ async function main() {
     client.cacheToolMetadata(tools);
     const names = tools.map((t) => t.name);
     eq([...names].sort(), Object.keys(TOOLS).sort(), 'tool names over all pages');
-    ok(pages >= 2, 'tools/list is paginated (15 tools, 8 per page)', pages);
+    ok(pages >= 2, 'tools/list is paginated (17 tools, 8 per page)', pages);
     for (const t of tools) {
         const [props, required] = TOOLS[t.name];
         ok(typeof t.description === 'string' && t.description.length > 10, `${t.name}: description`);
@@ -293,6 +295,16 @@ async function main() {
     eq(st.timeout_s, 1200, 'set_timeout timeout_s');
     ok(Date.parse(st.expires_at) > Date.parse(sb.expires_at), 'set_timeout moves expires_at', [sb.expires_at, st.expires_at]);
     passed('sandbox_info/list/set_timeout');
+
+    // -- pause / resume (and the auto-resume of a paused sandbox) -------------
+    step = 'sandbox_pause/resume';
+    const paused = await sc('sandbox_pause', { sandbox_id: sid });
+    eq([paused.state, paused.expires_at], ['paused', null], 'sandbox_pause: state and stopped clock');
+    eq((await sc('sandbox_resume', { sandbox_id: sid })).state, 'running', 'sandbox_resume');
+    await sc('sandbox_pause', { sandbox_id: sid });
+    eq((await sc('command_run', { sandbox_id: sid, cmd: 'echo awake' })).stdout, 'awake\n', 'a call wakes a paused sandbox');
+    eq((await sc('sandbox_info', { sandbox_id: sid })).state, 'running', 'running again after the call');
+    passed('sandbox_pause/resume');
 
     // -- command_run --------------------------------------------------------
     step = 'command_run';

@@ -211,14 +211,15 @@ static const struct {
     { "create", sbx_client_create }, { "ls", sbx_client_ls },           { "info", sbx_client_info },
     { "kill", sbx_client_kill },     { "timeout", sbx_client_timeout }, { "metrics", sbx_client_metrics },
     { "exec", sbx_client_exec },     { "cp", sbx_client_cp },           { "shell", sbx_client_shell },
-    { "mcp", sbx_client_mcp },
+    { "pause", sbx_client_pause },   { "resume", sbx_client_resume },   { "mcp", sbx_client_mcp },
 };
 
 static const sbx_cli_verb top = {
     .name = "help",
     .usage = "sbx [--url URL] [--key KEY] [--json] VERB [ARGS...]",
     .help = "\n"
-            "Verbs talking to sbxd: create, ls, info, exec, cp, shell, kill, timeout, metrics, mcp\n"
+            "Verbs talking to sbxd: create, ls, info, exec, cp, shell, kill, pause, resume, timeout, metrics,\n"
+            "mcp\n"
             "(`sbx VERB --help`).\n"
             "`sbx help` lists every verb.\n",
     .stop_after = 0,

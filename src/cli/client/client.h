@@ -84,6 +84,8 @@ int sbx_client_create(sbx_cli *cli, int argc, char **argv);
 int sbx_client_ls(sbx_cli *cli, int argc, char **argv);
 int sbx_client_info(sbx_cli *cli, int argc, char **argv);
 int sbx_client_kill(sbx_cli *cli, int argc, char **argv);
+int sbx_client_pause(sbx_cli *cli, int argc, char **argv);
+int sbx_client_resume(sbx_cli *cli, int argc, char **argv);
 int sbx_client_timeout(sbx_cli *cli, int argc, char **argv);
 int sbx_client_metrics(sbx_cli *cli, int argc, char **argv);
 int sbx_client_exec(sbx_cli *cli, int argc, char **argv);

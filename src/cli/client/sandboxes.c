@@ -499,28 +499,62 @@ int sbx_client_info(sbx_cli *cli, int argc, char **argv)
     return 0;
 }
 
-int sbx_client_kill(sbx_cli *cli, int argc, char **argv)
+static const sbx_cli_verb pause_verb = {
+    .name = "pause",
+    .usage = "sbx pause ID...",
+    .help = "\nFreeze sandboxes: every process stops where it is and uses no CPU; memory, files and\n"
+            "commands are kept, and the timeout stops counting.  `sbx resume`, or any use, wakes them.\n",
+    .stop_after = -1,
+};
+
+static const sbx_cli_verb resume_verb = {
+    .name = "resume",
+    .usage = "sbx resume ID...",
+    .help = "\nWake paused sandboxes: their processes continue where they stopped.\n",
+    .stop_after = -1,
+};
+
+/* One request per id (kill, pause, resume): every id is tried; one failure
+ * fails the whole. */
+static int each_id(sbx_cli *cli, const sbx_cli_verb *v, int argc, char **argv, const char *method,
+                   const char *suffix)
 {
     sbx_cli_args a;
-    int r = parse_ids(cli, &kill_verb, argc, argv, 1, true, &a);
+    int r = parse_ids(cli, v, argc, argv, 1, true, &a);
     if (r >= 0)
         return r;
     sbx_error err = { 0 };
     sbx_http *h = sbx_cli_http(cli, &err);
     if (!h)
         return sbx_cli_fail(&err);
-    /* every id is tried; one failure fails the whole */
     int status = 0;
     for (int i = 0; i < a.npos; i++) {
-        _cleanup_free_ char *path = sbx_cli_sandbox_path(h, a.pos[i], "", &err);
+        _cleanup_free_ char *path = sbx_cli_sandbox_path(h, a.pos[i], suffix, &err);
         _cleanup_http_resp_ sbx_http_resp resp = { 0 };
-        if (!path || sbx_http_json(h, "DELETE", path, NULL, &resp, &err) < 0) {
+        if (!path || sbx_http_json(h, method, path, NULL, &resp, &err) < 0) {
             if (a.npos > 1)
                 sbx_error_wrap(&err, "%s", a.pos[i]);
             status = sbx_cli_fail(&err);
+        } else if (cli->json && resp.body_len) {
+            sbx_cli_print_raw(&resp);
         }
     }
     return status;
+}
+
+int sbx_client_kill(sbx_cli *cli, int argc, char **argv)
+{
+    return each_id(cli, &kill_verb, argc, argv, "DELETE", "");
+}
+
+int sbx_client_pause(sbx_cli *cli, int argc, char **argv)
+{
+    return each_id(cli, &pause_verb, argc, argv, "POST", "/pause");
+}
+
+int sbx_client_resume(sbx_cli *cli, int argc, char **argv)
+{
+    return each_id(cli, &resume_verb, argc, argv, "POST", "/resume");
 }
 
 int sbx_client_timeout(sbx_cli *cli, int argc, char **argv)
