@@ -7,6 +7,7 @@
  *   sbx-loadgen URL KEY exec N        exec `true` N times in one sandbox
  *   sbx-loadgen URL KEY info N        GET one sandbox N times: the API's own floor
  *   sbx-loadgen URL KEY echo N        REST: {"cmd": "echo hi"} N times in one sandbox
+ *   sbx-loadgen URL KEY create N      create (timed) then delete (not timed) a sandbox, N times
  *   sbx-loadgen URL KEY pause N       pause then resume a sandbox running a busy loop, N times
  *   sbx-loadgen URL KEY mcp N         MCP over Streamable HTTP: command_run of `echo hi`
  *                                     N times (one session, one sandbox)
@@ -219,7 +220,7 @@ static double transfer(const char *id, const char *file, bool up, size_t *bytes)
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info|echo|pause|mcp N | upload FILE\n");
+        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info|echo|create|pause|mcp N | upload FILE\n");
         return 2;
     }
     base = argv[1];
@@ -325,6 +326,19 @@ int main(int argc, char **argv)
         }
         delete (id);
         report("mcp_command_run_echo", v, n);
+    } else if (strcmp(argv[3], "create") == 0) {
+        for (int i = 0; i < n + 3; i++) {
+            if (gap > 0)
+                nanosleep(&(struct timespec){ gap / 1000, gap % 1000 * 1000000L }, NULL);
+            double t0 = now_ms();
+            if (create(id) < 0)
+                return 1;
+            if (i >= 3)
+                v[i - 3] = now_ms() - t0;
+            if (delete (id) < 0)
+                return 1;
+        }
+        report("create", v, n);
     } else if (strcmp(argv[3], "pause") == 0) {
         if (create(id) < 0)
             return 1;

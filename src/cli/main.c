@@ -39,6 +39,8 @@ static void usage(FILE *out)
                  "  metrics ID                       CPU, memory, disk, processes of a sandbox\n"
                  "  kill ID...                       delete sandboxes\n"
                  "  pause ID... / resume ID...       freeze sandboxes (no CPU, state kept) / wake them\n"
+                 "  snapshot ID | ls | rm S...       save a sandbox's files; list, delete snapshots\n"
+                 "  fork [-n N] ID                   N new sandboxes with a copy of ID's files\n"
                  "  shell ID                         a terminal in the sandbox\n"
                  "  mcp                              serve the sandbox tools over MCP on stdio\n"
                  "\n"

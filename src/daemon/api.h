@@ -13,6 +13,8 @@ void sbx_api_sandbox_delete(sbx_req *r);
 void sbx_api_sandbox_timeout(sbx_req *r);
 void sbx_api_sandbox_metrics(sbx_req *r);
 void sbx_api_sandbox_pause(sbx_req *r);
+/* The JSON of a sandbox, as every endpoint shows it. */
+json_t *sbx_box_json(const sbx_box_row *b);
 void sbx_api_sandbox_resume(sbx_req *r);
 
 /* api_commands.c */
@@ -39,6 +41,13 @@ void sbx_api_file_move(sbx_req *r);
 
 /* api_pty.c */
 void sbx_api_pty(sbx_req *r);
+
+/* api_snapshots.c */
+void sbx_api_snapshot_create(sbx_req *r);
+void sbx_api_snapshot_list(sbx_req *r);
+void sbx_api_snapshot_get(sbx_req *r);
+void sbx_api_snapshot_delete(sbx_req *r);
+void sbx_api_sandbox_fork(sbx_req *r);
 
 /* api_mcp.c: MCP's Streamable HTTP transport */
 void sbx_api_mcp_post(sbx_req *r);

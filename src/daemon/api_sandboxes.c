@@ -26,7 +26,7 @@ static json_t *time_or_null(int64_t ms)
     return json_string(buf);
 }
 
-static json_t *box_json(const sbx_box_row *b)
+json_t *sbx_box_json(const sbx_box_row *b)
 {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(b->id));
@@ -38,6 +38,7 @@ static json_t *box_json(const sbx_box_row *b)
     json_object_set_new(o, "end_reason", b->end_reason[0] ? json_string(b->end_reason) : json_null());
     json_object_set_new(o, "timeout_s", json_integer(b->timeout_s));
     json_object_set_new(o, "on_timeout", json_string(b->on_timeout[0] ? b->on_timeout : "kill"));
+    json_object_set_new(o, "snapshot_id", b->snapshot_id[0] ? json_string(b->snapshot_id) : json_null());
     /* while paused the clock stands still: expires_at is null, this says
      * how much is left for after the resume */
     if (strcmp(b->state, "paused") == 0)
@@ -59,12 +60,13 @@ static uint64_t host_memory_mb(void)
 
 void sbx_api_sandbox_create(sbx_req *r)
 {
-    static const char *const fields[] = { "template", "timeout_s", "metadata", "envs",       "cpus",
-                                          "memory_mb", "disk_mb",   "pids",     "on_timeout", NULL };
+    static const char *const fields[] = { "template", "timeout_s",  "metadata", "envs", "cpus", "memory_mb",
+                                          "disk_mb",  "pids",       "on_timeout", "snapshot", NULL };
     json_t *j = sbx_req_json(r);
     if (!j)
         return;
-    const char *tpl = SBX_DEFAULT_TEMPLATE, *on_timeout = "kill";
+    const char *tpl = SBX_DEFAULT_TEMPLATE, *on_timeout = "kill", *snapshot = NULL;
+    sbx_snap_row snap;
     int64_t timeout = DEFAULT_TIMEOUT_S, memory = SBX_DEFAULT_MEMORY >> 20, disk = SBX_DEFAULT_DISK >> 20,
             pids = SBX_DEFAULT_PIDS;
     double cpus = SBX_DEFAULT_MILLICPUS / 1000.0;
@@ -76,8 +78,20 @@ void sbx_api_sandbox_create(sbx_req *r)
         sbx_json_number(r, j, "cpus", 0.01, ncpu > 0 ? (double) ncpu : 1, &cpus) < 0 ||
         sbx_json_int(r, j, "memory_mb", 16, (int64_t) host_memory_mb(), &memory) < 0 ||
         sbx_json_int(r, j, "disk_mb", 1, 1 << 20, &disk) < 0 || sbx_json_int(r, j, "pids", 8, 65536, &pids) < 0 ||
-        sbx_json_string(r, j, "on_timeout", &on_timeout) < 0)
+        sbx_json_string(r, j, "on_timeout", &on_timeout) < 0 || sbx_json_string(r, j, "snapshot", &snapshot) < 0)
         goto out;
+    if (snapshot) { /* its template, with its layer over it */
+        if (sbx_store_snap_get(r->d->store, snapshot, r->key.id, &snap) != 1) {
+            sbx_reply_error(r, 400, "invalid_request", "unknown snapshot '%s'", snapshot);
+            goto out;
+        }
+        if (json_object_get(j, "template") && strcmp(tpl, snap.template_name) != 0) {
+            sbx_reply_error(r, 400, "invalid_request", "snapshot %s is of template '%s', not '%s'", snapshot,
+                            snap.template_name, tpl);
+            goto out;
+        }
+        tpl = snap.template_name;
+    }
     if (strcmp(on_timeout, "kill") != 0 && strcmp(on_timeout, "pause") != 0) {
         sbx_reply_error(r, 400, "invalid_request", "'on_timeout' must be \"kill\" or \"pause\"");
         goto out;
@@ -132,10 +146,12 @@ void sbx_api_sandbox_create(sbx_req *r)
     row.disk_mb = (uint64_t) disk;
     row.pids = (uint32_t) pids;
     snprintf(row.on_timeout, sizeof row.on_timeout, "%s", on_timeout);
+    if (snapshot)
+        snprintf(row.snapshot_id, sizeof row.snapshot_id, "%s", snap.id);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* A warm sandbox if the pool has one: the create is then a claim. */
-    sbx_box *pooled = sbx_pool_take(r->d, tpl, row.disk_mb);
+    sbx_box *pooled = snapshot ? NULL : sbx_pool_take(r->d, tpl, row.disk_mb);
     if (pooled) {
         snprintf(row.id, sizeof row.id, "%s", pooled->id);
         int claimed = sbx_reg_claim(&r->d->reg, pooled, &row, &err);
@@ -163,7 +179,7 @@ created:
     sbx_log("info", "event=created sandbox=%s key=%s template=%s pool=%s ms=%.2f", row.id, r->key.name, tpl,
             pooled ? "hit" : "miss",
             (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) / 1e6);
-    sbx_reply_json(r, 201, box_json(&row));
+    sbx_reply_json(r, 201, sbx_box_json(&row));
     sbx_box_row_free(&row);
 out:
     json_decref(j);
@@ -232,7 +248,7 @@ void sbx_api_sandbox_list(sbx_req *r)
                 ok = false;
         }
         if (ok)
-            json_array_append_new(arr, box_json(&rows[i]));
+            json_array_append_new(arr, sbx_box_json(&rows[i]));
         sbx_box_row_free(&rows[i]);
     }
     free(rows);
@@ -246,7 +262,7 @@ void sbx_api_sandbox_get(sbx_req *r)
     sbx_box_row row;
     if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
         if (strcmp(row.key_id, r->key.id) == 0) {
-            sbx_reply_json(r, 200, box_json(&row));
+            sbx_reply_json(r, 200, sbx_box_json(&row));
             sbx_box_row_free(&row);
             return;
         }
@@ -295,7 +311,7 @@ void sbx_api_sandbox_timeout(sbx_req *r)
     sbx_reg_put(&r->d->reg, b);
     sbx_box_row row;
     if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
-        sbx_reply_json(r, 200, box_json(&row));
+        sbx_reply_json(r, 200, sbx_box_json(&row));
         sbx_box_row_free(&row);
     } else {
         sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);
@@ -374,7 +390,7 @@ static void pause_or_resume(sbx_req *r, bool pause)
                 (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) / 1e6);
     sbx_box_row row;
     if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
-        sbx_reply_json(r, 200, box_json(&row));
+        sbx_reply_json(r, 200, sbx_box_json(&row));
         sbx_box_row_free(&row);
     } else {
         sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);

@@ -1,6 +1,7 @@
 /* registry.c - see registry.h. */
 #define _GNU_SOURCE
 #include "registry.h"
+#include "../lib/mount.h"
 #include "agent.h"
 #include "log.h"
 
@@ -194,6 +195,20 @@ int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err)
     snprintf(req.id, sizeof req.id, "%s", row->id);
     snprintf(req.template_name, sizeof req.template_name, "%s", row->template_name);
     snprintf(req.sock_path, sizeof req.sock_path, "%s", b->sock);
+    /* the snapshot's layer, then the layers of the snapshots below it */
+    char snap[33];
+    snprintf(snap, sizeof snap, "%s", row->snapshot_id);
+    for (int depth = 0; snap[0]; depth++) {
+        sbx_snap_row sr;
+        size_t l = strlen(req.layer);
+        if (depth == SBX_MAX_LAYERS || sbx_store_snap_get(reg->store, snap, NULL, &sr) != 1) {
+            sbx_error_set(err, ENOENT, "snapshot %s: %s", snap,
+                          depth == SBX_MAX_LAYERS ? "more than 8 layers deep" : "not found");
+            goto fail;
+        }
+        snprintf(req.layer + l, sizeof req.layer - l, "%s%s/snapshots/%s", l ? ":" : "", reg->home, snap);
+        snprintf(snap, sizeof snap, "%s", sr.parent_id);
+    }
     req.memory_bytes = row->memory_mb << 20;
     req.disk_bytes = b->disk_bytes;
     req.millicpus = row->millicpus;

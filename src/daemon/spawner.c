@@ -117,6 +117,7 @@ static void create(const struct spawner_ctx *ctx, const sbx_spawn_req *req, sbx_
     spec.pids = req->pids;
     spec.template_name = req->template_name;
     spec.sbx_home = ctx->home;
+    spec.layer = req->layer[0] ? req->layer : NULL;
     spec.uid_base = ctx->uid_base;
     spec.listen_fd = make_listener(req->sock_path, &err);
     if (spec.listen_fd < 0)
@@ -171,6 +172,7 @@ static _Noreturn void spawner_main(const struct spawner_ctx *ctx, int sock)
             if (n != (ssize_t) sizeof req)
                 _exit(0); /* sbxd is gone */
             req.id[sizeof req.id - 1] = req.template_name[sizeof req.template_name - 1] = '\0';
+            req.layer[sizeof req.layer - 1] = '\0';
             req.sock_path[sizeof req.sock_path - 1] = '\0';
             sbx_spawn_reply rep;
             create(ctx, &req, &rep);

@@ -22,6 +22,7 @@ typedef struct sbx_spawn_req {
     char id[SBX_ID_LEN + 1];
     char template_name[65];
     char sock_path[108];
+    char layer[2048]; /* snapshot layers over the template, ':'-joined, top first; "" for none */
     uint64_t memory_bytes, disk_bytes;
     uint32_t millicpus, pids;
 } sbx_spawn_req;

@@ -37,7 +37,14 @@ static const char SCHEMA[] =
     "  cleaned INTEGER NOT NULL DEFAULT 0,"
     /* paused: what was left of the timeout when it was paused (the clock
      * stops); on_timeout: 'kill' or 'pause' */
-    "  paused_remaining_ms INTEGER NOT NULL DEFAULT 0, on_timeout TEXT NOT NULL DEFAULT 'kill');"
+    "  paused_remaining_ms INTEGER NOT NULL DEFAULT 0, on_timeout TEXT NOT NULL DEFAULT 'kill',"
+    "  snapshot_id TEXT NOT NULL DEFAULT '');"
+    /* a snapshot: a sandbox's writable layer, kept under HOME/snapshots/<id> */
+    "CREATE TABLE IF NOT EXISTS snapshots("
+    "  id TEXT PRIMARY KEY, key_id TEXT NOT NULL, sandbox_id TEXT NOT NULL, template TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL, size_bytes INTEGER NOT NULL,"
+    /* the snapshot the sandbox itself was made from: its layer lies below */
+    "  parent_id TEXT NOT NULL DEFAULT '');"
     "CREATE INDEX IF NOT EXISTS sandboxes_key_state ON sandboxes(key_id, state);"
     "CREATE TABLE IF NOT EXISTS commands("
     "  sandbox_id TEXT NOT NULL, pid INTEGER NOT NULL, argv TEXT NOT NULL, background INTEGER NOT NULL,"
@@ -81,6 +88,7 @@ int sbx_store_open(sbx_store **out, const char *path, sbx_error *err)
     static const char *const added[] = {
         "ALTER TABLE sandboxes ADD COLUMN paused_remaining_ms INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'kill'",
+        "ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT ''",
     };
     for (size_t i = 0; i < sizeof added / sizeof *added; i++)
         sqlite3_exec(st->db, added[i], NULL, NULL, NULL);
@@ -226,12 +234,12 @@ int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err)
         rc = LOCKED(st, exec_stmt(st, run(st,
                                           "INSERT INTO sandboxes(id, key_id, template, state, created_at, expires_at, "
                                           "timeout_s, metadata, envs, millicpus, memory_mb, disk_mb, pids, init_pid, "
-                                          "init_start, on_timeout) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                                          "ssssiiissiiiiiis", r->id, r->key_id, r->template_name, r->state,
+                                          "init_start, on_timeout, snapshot_id) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                          "ssssiiissiiiiiiss", r->id, r->key_id, r->template_name, r->state,
                                           r->created_at, r->expires_at, r->timeout_s, md, ev, (int64_t) r->millicpus,
                                           (int64_t) r->memory_mb, (int64_t) r->disk_mb, (int64_t) r->pids,
                                           (int64_t) r->init_pid, (int64_t) r->init_start,
-                                          r->on_timeout[0] ? r->on_timeout : "kill")));
+                                          r->on_timeout[0] ? r->on_timeout : "kill", r->snapshot_id)));
     free(md);
     free(ev);
     if (rc < 0)
@@ -242,7 +250,7 @@ int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err)
 #define BOX_COLUMNS                                                                                                    \
     "id, key_id, template, state, created_at, expires_at, ended_at, end_reason, timeout_s, metadata, envs, "          \
     "millicpus, memory_mb, disk_mb, pids, init_pid, init_start, cpu_seconds, gib_seconds, paused_remaining_ms, "    \
-    "on_timeout"
+    "on_timeout, snapshot_id"
 
 static void read_row(sqlite3_stmt *s, sbx_box_row *r)
 {
@@ -272,6 +280,7 @@ static void read_row(sqlite3_stmt *s, sbx_box_row *r)
     r->gib_seconds = sqlite3_column_double(s, 18);
     r->paused_remaining_ms = sqlite3_column_int64(s, 19);
     snprintf(r->on_timeout, sizeof r->on_timeout, "%s", col_text(s, 20));
+    snprintf(r->snapshot_id, sizeof r->snapshot_id, "%s", col_text(s, 21));
 }
 
 int sbx_store_box_get(sbx_store *st, const char *id, sbx_box_row *out)
@@ -477,4 +486,90 @@ json_t *sbx_store_state_counts(sbx_store *st)
     sqlite3_finalize(s);
     pthread_mutex_unlock(&st->lock);
     return o;
+}
+
+/* ---- snapshots ---- */
+
+#define SNAP_COLUMNS "id, key_id, sandbox_id, template, created_at, size_bytes, parent_id"
+
+int sbx_store_snap_insert(sbx_store *st, const sbx_snap_row *r)
+{
+    return LOCKED(st, exec_stmt(st, run(st,
+                                        "INSERT INTO snapshots(id, key_id, sandbox_id, template, created_at, size_bytes, "
+                                        "parent_id) VALUES(?,?,?,?,?,?,?)",
+                                        "ssssiis", r->id, r->key_id, r->sandbox_id, r->template_name, r->created_at,
+                                        r->size_bytes, r->parent_id)));
+}
+
+static void read_snap(sqlite3_stmt *s, sbx_snap_row *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->id, sizeof r->id, "%s", col_text(s, 0));
+    snprintf(r->key_id, sizeof r->key_id, "%s", col_text(s, 1));
+    snprintf(r->sandbox_id, sizeof r->sandbox_id, "%s", col_text(s, 2));
+    snprintf(r->template_name, sizeof r->template_name, "%s", col_text(s, 3));
+    r->created_at = sqlite3_column_int64(s, 4);
+    r->size_bytes = sqlite3_column_int64(s, 5);
+    snprintf(r->parent_id, sizeof r->parent_id, "%s", col_text(s, 6));
+}
+
+int sbx_store_snap_get(sbx_store *st, const char *id, const char *key_id, sbx_snap_row *out)
+{
+    pthread_mutex_lock(&st->lock);
+    sqlite3_stmt *s = run(st,
+                          "SELECT " SNAP_COLUMNS " FROM snapshots WHERE id = ? AND (?2 IS NULL OR key_id = ?2)",
+                          "ss", id, key_id);
+    int found = 0;
+    if (s && sqlite3_step(s) == SQLITE_ROW) {
+        read_snap(s, out);
+        found = 1;
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    return found;
+}
+
+int sbx_store_snap_list(sbx_store *st, const char *key_id, sbx_snap_row **rows, size_t *n)
+{
+    pthread_mutex_lock(&st->lock);
+    sqlite3_stmt *s = run(st,
+                          "SELECT " SNAP_COLUMNS " FROM snapshots WHERE key_id = ? ORDER BY created_at",
+                          "s", key_id);
+    *rows = NULL;
+    *n = 0;
+    size_t cap = 0;
+    int ret = s ? 0 : -1;
+    while (s && sqlite3_step(s) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            sbx_snap_row *nr = realloc(*rows, cap * sizeof **rows);
+            if (!nr) {
+                ret = -1;
+                break;
+            }
+            *rows = nr;
+        }
+        read_snap(s, &(*rows)[(*n)++]);
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    return ret;
+}
+
+int sbx_store_snap_delete(sbx_store *st, const char *id)
+{
+    return LOCKED(st, exec_stmt(st, run(st, "DELETE FROM snapshots WHERE id = ?", "s", id)));
+}
+
+int sbx_store_snap_users(sbx_store *st, const char *id)
+{
+    pthread_mutex_lock(&st->lock);
+    /* sandboxes made from it, and snapshots stacked on it */
+    sqlite3_stmt *s = run(st, "SELECT (SELECT COUNT(*) FROM sandboxes WHERE snapshot_id = ?1 AND (state IN ('running', "
+                              "'paused', 'pooled') OR cleaned = 0)) + (SELECT COUNT(*) FROM snapshots WHERE parent_id = ?1)",
+                          "s", id);
+    int n = s && sqlite3_step(s) == SQLITE_ROW ? (int) sqlite3_column_int64(s, 0) : -1;
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    return n;
 }

@@ -52,6 +52,7 @@ typedef struct sbx_box_row {
     double cpu_seconds, gib_seconds;
     int64_t paused_remaining_ms; /* state "paused": the timeout left */
     char on_timeout[8];          /* "kill" (default) or "pause" */
+    char snapshot_id[33];        /* made from this snapshot, "" if from the bare template */
 } sbx_box_row;
 
 void sbx_box_row_free(sbx_box_row *r);
@@ -93,6 +94,25 @@ void sbx_store_event(sbx_store *st, const char *box, const char *key_id, const c
 json_t *sbx_store_usage(sbx_store *st, const char *key_id, int64_t now_ms);
 /* counts per state, for /metrics */
 json_t *sbx_store_state_counts(sbx_store *st);
+
+/* ---- snapshots ---- */
+typedef struct sbx_snap_row {
+    char id[33];
+    char key_id[17];
+    char sandbox_id[33];
+    char template_name[65];
+    int64_t created_at, size_bytes;
+    char parent_id[33]; /* the layer below (the sandbox was made from it), "" if none */
+} sbx_snap_row;
+
+int sbx_store_snap_insert(sbx_store *st, const sbx_snap_row *r);
+/* 1 found (and key_id's, unless key_id is NULL), 0 not. */
+int sbx_store_snap_get(sbx_store *st, const char *id, const char *key_id, sbx_snap_row *out);
+int sbx_store_snap_list(sbx_store *st, const char *key_id, sbx_snap_row **rows, size_t *n);
+int sbx_store_snap_delete(sbx_store *st, const char *id);
+/* What still needs its layer: sandboxes made from it that are live or not
+ * yet cleaned up (mounted), and snapshots stacked on it.  -1 on error. */
+int sbx_store_snap_users(sbx_store *st, const char *id);
 
 int64_t sbx_now_wall_ms(void);
 

@@ -293,6 +293,29 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_rootfs_become_fn become, v
     _cleanup_close_ int lower = open(plan->lowerdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (lower < 0)
         return sbx_error_set(err, errno, "open template %s", plan->lowerdir);
+    /* snapshot layers (top first), held like the template */
+    int layers[SBX_MAX_LAYERS];
+    size_t n_layers = 0;
+    for (const char *p = plan->layer; p && *p;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t) (end - p) : strlen(p);
+        char path[PATH_MAX];
+        if (len >= sizeof path || n_layers == SBX_MAX_LAYERS) {
+            for (size_t i = 0; i < n_layers; i++)
+                close(layers[i]);
+            return sbx_error_set(err, E2BIG, "too many snapshot layers");
+        }
+        memcpy(path, p, len);
+        path[len] = '\0';
+        if ((layers[n_layers] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+            int e = errno;
+            for (size_t i = 0; i < n_layers; i++)
+                close(layers[i]);
+            return sbx_error_set(err, e, "open snapshot layer %s", path);
+        }
+        n_layers++;
+        p = end ? end + 1 : p + len;
+    }
     size_t n_trees = 1 + plan->n_tpl_binds + plan->n_user_binds;
     if (n_trees > MAX_TREES)
         return sbx_error_set(err, 0, "too many bind mounts");
@@ -332,8 +355,20 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_rootfs_become_fn become, v
         sbx_error_set(err, errno, "prepare the writable layer");
         goto out;
     }
-    char ovl[256];
-    snprintf(ovl, sizeof ovl, "lowerdir=/proc/self/fd/%d,upperdir=" STAGING "/upper,workdir=" STAGING "/work", lower);
+    if (plan->upper_fd && (*plan->upper_fd = open(STAGING "/upper", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        sbx_error_set(err, errno, "open the writable layer");
+        goto out;
+    }
+    char ovl[512], lowers[320] = "";
+    /* snapshot layers lie over the template: each holds what a
+     * snapshotted sandbox had changed, whiteouts included */
+    for (size_t i = 0; i < n_layers; i++) {
+        size_t l = strlen(lowers);
+        snprintf(lowers + l, sizeof lowers - l, "/proc/self/fd/%d:", layers[i]);
+    }
+    size_t ll = strlen(lowers);
+    snprintf(lowers + ll, sizeof lowers - ll, "/proc/self/fd/%d", lower);
+    snprintf(ovl, sizeof ovl, "lowerdir=%s,upperdir=" STAGING "/upper,workdir=" STAGING "/work", lowers);
     /* userxattr: inside a user namespace overlayfs must keep its metadata
      * in user.* xattrs (and logs a warning per mount if not told so);
      * kernels before 5.11 lack the option. */
@@ -381,6 +416,8 @@ out:
     for (size_t i = 0; i < k; i++)
         if (trees[i].fd >= 0)
             close(trees[i].fd);
+    for (size_t i = 0; i < n_layers; i++)
+        close(layers[i]);
     if (ret < 0)
         return ret;
 

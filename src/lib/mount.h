@@ -28,6 +28,8 @@
 
 typedef struct sbx_rootfs_plan {
     const char *lowerdir;       /* template rootfs (host path) */
+    const char *layer;          /* snapshot layers above it: host paths joined by ':', top first; or NULL */
+    int *upper_fd;              /* if not NULL: gets an O_PATH fd of the upper directory */
     const sbx_bind *tpl_binds;  /* template's host binds */
     size_t n_tpl_binds;
     const sbx_bind *user_binds;
@@ -37,6 +39,9 @@ typedef struct sbx_rootfs_plan {
     uint64_t shm_bytes;
     const char *hostname;
 } sbx_rootfs_plan;
+
+/* Snapshot layers a sandbox may stack over its template. */
+#define SBX_MAX_LAYERS 8
 
 /* Where sbx-init appears inside every sandbox. */
 #define SBX_INIT_IN_SANDBOX "/.sbx/init"

@@ -118,8 +118,11 @@ static _Noreturn void child_main(const struct child_args *a)
     if (a->reaper_fd >= 0)
         close(a->reaper_fd);
 
+    int upper = -1;
     sbx_rootfs_plan plan = {
         .lowerdir = a->tpl->rootfs,
+        .layer = spec->layer,
+        .upper_fd = spec->listen_fd >= 0 ? &upper : NULL,
         .tpl_binds = a->tpl->binds,
         .n_tpl_binds = a->tpl->n_binds,
         .user_binds = spec->binds,
@@ -149,12 +152,14 @@ static _Noreturn void child_main(const struct child_args *a)
      * overwrites the other. */
     int ctl = fcntl(a->ctl, F_DUPFD, 10);
     int lfd = spec->listen_fd >= 0 ? fcntl(spec->listen_fd, F_DUPFD, 10) : -1;
-    if (ctl < 0 || (spec->listen_fd >= 0 && lfd < 0) || dup2(ctl, 3) < 0 || (lfd >= 0 && dup2(lfd, 4) < 0)) {
+    int ufd = upper >= 0 ? fcntl(upper, F_DUPFD, 10) : -1;
+    if (ctl < 0 || (spec->listen_fd >= 0 && lfd < 0) || dup2(ctl, 3) < 0 || (lfd >= 0 && dup2(lfd, 4) < 0) ||
+        (ufd >= 0 && dup2(ufd, SBX_UPPER_FD) < 0)) {
         sbx_error_set(&err, errno, "dup2");
         child_fail(a->ctl, &err);
     }
     ctl = 3;
-    syscall(SYS_close_range, lfd >= 0 ? 5 : 4, ~0U, 0);
+    syscall(SYS_close_range, ufd >= 0 ? SBX_UPPER_FD + 1 : lfd >= 0 ? 5 : 4, ~0U, 0);
     if (spec->listen_fd >= 0) {
         /* sbxd owns the terminal and logs; the sandbox writes to neither */
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);

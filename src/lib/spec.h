@@ -56,6 +56,7 @@ typedef struct sbx_spec {
     /* file system */
     const char *template_name;
     const char *sbx_home; /* state directory: templates live under it */
+    const char *layer;    /* snapshot layers over the template: host paths joined by ':', top first; NULL: none */
     sbx_bind *binds;
     size_t n_binds;
 
@@ -63,9 +64,14 @@ typedef struct sbx_spec {
 
     /* Daemon mode (sbxd): a listening unix socket sbx-init serves requests
      * on (its fd 4), -1 for `sbx run`.  The sandbox then outlives its
-     * creator: no parent-death signal, no end on control-socket EOF. */
+     * creator: no parent-death signal, no end on control-socket EOF.
+     * sbx-init then also holds the writable layer's upper directory as fd
+     * SBX_UPPER_FD, so that the host can snapshot it through
+     * /proc/PID/fd/5 (nothing else reaches it after pivot_root). */
     int listen_fd;
 } sbx_spec;
+
+#define SBX_UPPER_FD 5
 
 void sbx_spec_init(sbx_spec *spec);
 

@@ -277,6 +277,7 @@ static json_t *sandbox_kill(sbx_mcp_call *c, json_t *args)
     return ok(json_pack("{s:s, s:b}", "sandbox_id", id, "killed", 1));
 }
 
+/* POST .../<what> with an empty body: pause, resume, snapshots */
 static json_t *sandbox_pause_resume(sbx_mcp_call *c, json_t *args, const char *what)
 {
     sbx_error err = { 0 };
@@ -293,6 +294,21 @@ static json_t *sandbox_pause(sbx_mcp_call *c, json_t *args)
 static json_t *sandbox_resume(sbx_mcp_call *c, json_t *args)
 {
     return sandbox_pause_resume(c, args, "/resume");
+}
+
+static json_t *sandbox_snapshot(sbx_mcp_call *c, json_t *args)
+{
+    return sandbox_pause_resume(c, args, "/snapshots");
+}
+
+static json_t *sandbox_fork(sbx_mcp_call *c, json_t *args)
+{
+    sbx_error err = { 0 };
+    char *p = sandbox_path(c, str(args, "sandbox_id"), "/fork", &err);
+    _cleanup_json_ json_t *body = json_object();
+    if (json_object_get(args, "count"))
+        json_object_set(body, "count", json_object_get(args, "count"));
+    return p ? rest_tool(c, "POST", p, body) : fail("%s", err.msg);
 }
 
 static json_t *sandbox_set_timeout(sbx_mcp_call *c, json_t *args)
@@ -749,6 +765,10 @@ json_t *sbx_mcp_resource_read(sbx_mcp_call *c, const char *uri, int *code, sbx_e
     "\"id\": {\"type\": \"string\"}, \"state\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"},"         \
     "\"created_at\": {\"type\": \"string\"}, \"expires_at\": {\"type\": [\"string\", \"null\"]},"                                  \
     "\"metadata\": {\"type\": \"object\"}}}"
+#define SNAPSHOT_OUT                                                                                                   \
+    "{\"type\": \"object\", \"required\": [\"id\", \"sandbox_id\"], \"properties\": {\"id\": {\"type\": "      \
+    "\"string\"}, \"sandbox_id\": {\"type\": \"string\"}, \"template\": {\"type\": \"string\"}, \"size_bytes\": "   \
+    "{\"type\": \"integer\"}}}"
 #define ENTRY_PROPS                                                                                                    \
     "\"name\": {\"type\": \"string\"}, \"path\": {\"type\": \"string\"}, \"type\": {\"type\": \"string\"},"            \
     "\"size\": {\"type\": \"integer\"}, \"mode\": {\"type\": \"string\"}, \"mtime\": {\"type\": \"string\"}"
@@ -770,7 +790,9 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "\"disk_mb\": {\"type\": \"integer\", \"description\": \"Writable disk space in MiB.\"},"
       "\"pids\": {\"type\": \"integer\", \"description\": \"Limit on processes.\"},"
       "\"on_timeout\": {\"type\": \"string\", \"enum\": [\"kill\", \"pause\"], \"description\": \"What the "
-      "timeout does: kill (default) or pause the sandbox.\"}}}",
+      "timeout does: kill (default) or pause the sandbox.\"},"
+      "\"snapshot\": {\"type\": \"string\", \"description\": \"Start from this snapshot's files (from "
+      "sandbox_snapshot).\"}}}",
       SANDBOX_OUT, sandbox_create },
     { "sandbox_list", "List sandboxes",
       "List your sandboxes: the running ones by default, or those in a given state; metadata filters by your labels "
@@ -915,6 +937,20 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\"], \"properties\": "
       "{" SANDBOX_ID "}}",
       SANDBOX_OUT, sandbox_resume },
+    { "sandbox_snapshot", "Snapshot a sandbox",
+      "Save a sandbox's files (everything it changed over its template) as a snapshot; start new sandboxes from it "
+      "with sandbox_create's snapshot argument. Running processes and memory are not saved.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\"], \"properties\": "
+      "{" SANDBOX_ID "}}",
+      SNAPSHOT_OUT, sandbox_snapshot },
+    { "sandbox_fork", "Fork a sandbox",
+      "Make count copies (default 1, at most 16) of a sandbox's files as new, independent sandboxes with the same "
+      "limits, envs and metadata: for trying several approaches in parallel. Processes are not copied.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\"], \"properties\": "
+      "{" SANDBOX_ID ", \"count\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 16}}}",
+      "{\"type\": \"object\", \"required\": [\"snapshot\", \"sandboxes\"], \"properties\": {\"snapshot\": "
+      SNAPSHOT_OUT ", \"sandboxes\": {\"type\": \"array\", \"items\": " SANDBOX_OUT "}}}",
+      sandbox_fork },
 };
 const size_t sbx_mcp_ntools = sizeof sbx_mcp_tools / sizeof *sbx_mcp_tools;
 

@@ -157,3 +157,25 @@ def test_kill(sbxd):
     sbx(sbxd, "kill", other, check=0)
     assert json.loads(sbx(sbxd, "info", other, check=0).stdout)["state"] == "deleted"
     assert "(conflict)" in sbx(sbxd, "kill", other, check=125).stderr.decode()
+
+
+def test_pause_resume_snapshot_fork(sbxd):
+    """sbx pause|resume|snapshot|fork and create --snapshot, as a user types them."""
+    src = sbx(sbxd, "create", check=0).stdout.decode().strip()
+    sbx(sbxd, "exec", src, "--", "sh", "-c", "echo kept > f.txt", check=0)
+    sbx(sbxd, "pause", src, check=0)
+    assert json.loads(sbx(sbxd, "info", src, check=0).stdout)["state"] == "paused"
+    sbx(sbxd, "resume", src, check=0)
+    assert json.loads(sbx(sbxd, "info", src, check=0).stdout)["state"] == "running"
+    snap = sbx(sbxd, "snapshot", src, check=0).stdout.decode().strip()
+    assert len(snap) == 32
+    assert snap in sbx(sbxd, "snapshot", "ls", check=0).stdout.decode()
+    new = sbx(sbxd, "create", "--snapshot", snap, check=0).stdout.decode().strip()
+    assert sbx(sbxd, "exec", new, "--", "cat", "f.txt", check=0).stdout == b"kept\n"
+    kids = sbx(sbxd, "fork", "-n", "2", src, check=0).stdout.decode().split()
+    assert len(kids) == 2
+    for k in kids:
+        assert sbx(sbxd, "exec", k, "--", "cat", "f.txt", check=0).stdout == b"kept\n"
+    assert "(conflict)" in sbx(sbxd, "snapshot", "rm", snap, check=125).stderr.decode()
+    assert "from 1 to 16" in sbx(sbxd, "fork", "-n", "0", src, check=2).stderr.decode()
+    sbx(sbxd, "kill", src, new, *kids, check=0)

@@ -77,7 +77,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // the contract's tool table (docs/mcp.md): arguments and the required ones
 
 const TOOLS = {
-    sandbox_create: [['template', 'timeout_s', 'metadata', 'envs', 'cpus', 'memory_mb', 'disk_mb', 'pids', 'on_timeout'], []],
+    sandbox_create: [['template', 'timeout_s', 'metadata', 'envs', 'cpus', 'memory_mb', 'disk_mb', 'pids', 'on_timeout', 'snapshot'], []],
     sandbox_list: [['state', 'metadata'], []],
     sandbox_info: [['sandbox_id'], ['sandbox_id']],
     sandbox_kill: [['sandbox_id'], ['sandbox_id']],
@@ -94,6 +94,8 @@ const TOOLS = {
     files_remove: [['sandbox_id', 'path', 'recursive'], ['sandbox_id', 'path']],
     sandbox_pause: [['sandbox_id'], ['sandbox_id']],
     sandbox_resume: [['sandbox_id'], ['sandbox_id']],
+    sandbox_snapshot: [['sandbox_id'], ['sandbox_id']],
+    sandbox_fork: [['sandbox_id', 'count'], ['sandbox_id']],
 };
 
 // ---------------------------------------------------------------------------
@@ -257,7 +259,7 @@ async function main() {
     client.cacheToolMetadata(tools);
     const names = tools.map((t) => t.name);
     eq([...names].sort(), Object.keys(TOOLS).sort(), 'tool names over all pages');
-    ok(pages >= 2, 'tools/list is paginated (17 tools, 8 per page)', pages);
+    ok(pages >= 2, 'tools/list is paginated (19 tools, 8 per page)', pages);
     for (const t of tools) {
         const [props, required] = TOOLS[t.name];
         ok(typeof t.description === 'string' && t.description.length > 10, `${t.name}: description`);

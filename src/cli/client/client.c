@@ -212,14 +212,15 @@ static const struct {
     { "kill", sbx_client_kill },     { "timeout", sbx_client_timeout }, { "metrics", sbx_client_metrics },
     { "exec", sbx_client_exec },     { "cp", sbx_client_cp },           { "shell", sbx_client_shell },
     { "pause", sbx_client_pause },   { "resume", sbx_client_resume },   { "mcp", sbx_client_mcp },
+    { "snapshot", sbx_client_snapshot }, { "fork", sbx_client_fork },
 };
 
 static const sbx_cli_verb top = {
     .name = "help",
     .usage = "sbx [--url URL] [--key KEY] [--json] VERB [ARGS...]",
     .help = "\n"
-            "Verbs talking to sbxd: create, ls, info, exec, cp, shell, kill, pause, resume, timeout, metrics,\n"
-            "mcp\n"
+            "Verbs talking to sbxd: create, ls, info, exec, cp, shell, kill, pause, resume, snapshot, fork,\n"
+            "timeout, metrics, mcp\n"
             "(`sbx VERB --help`).\n"
             "`sbx help` lists every verb.\n",
     .stop_after = 0,

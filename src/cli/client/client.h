@@ -86,6 +86,8 @@ int sbx_client_info(sbx_cli *cli, int argc, char **argv);
 int sbx_client_kill(sbx_cli *cli, int argc, char **argv);
 int sbx_client_pause(sbx_cli *cli, int argc, char **argv);
 int sbx_client_resume(sbx_cli *cli, int argc, char **argv);
+int sbx_client_snapshot(sbx_cli *cli, int argc, char **argv);
+int sbx_client_fork(sbx_cli *cli, int argc, char **argv);
 int sbx_client_timeout(sbx_cli *cli, int argc, char **argv);
 int sbx_client_metrics(sbx_cli *cli, int argc, char **argv);
 int sbx_client_exec(sbx_cli *cli, int argc, char **argv);

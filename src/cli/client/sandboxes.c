@@ -14,10 +14,11 @@
 
 /* ---- create ---- */
 
-enum { OPT_TEMPLATE = 256, OPT_TIMEOUT, OPT_CPUS, OPT_MEMORY, OPT_DISK, OPT_PIDS, OPT_STATE };
+enum { OPT_TEMPLATE = 256, OPT_TIMEOUT, OPT_CPUS, OPT_MEMORY, OPT_DISK, OPT_PIDS, OPT_STATE, OPT_SNAPSHOT };
 
 static const struct option create_options[] = {
     { "template", required_argument, NULL, OPT_TEMPLATE },
+    { "snapshot", required_argument, NULL, OPT_SNAPSHOT },
     { "timeout", required_argument, NULL, OPT_TIMEOUT },
     { "cpus", required_argument, NULL, OPT_CPUS },
     { "memory", required_argument, NULL, OPT_MEMORY },
@@ -30,12 +31,13 @@ static const struct option create_options[] = {
 
 static const sbx_cli_verb create_verb = {
     .name = "create",
-    .usage = "sbx create [--template T] [--timeout SECS] [--cpus N] [--memory SIZE] [--disk SIZE] [--pids N] "
+    .usage = "sbx create [--template T | --snapshot S] [--timeout SECS] [--cpus N] [--memory SIZE] [--disk SIZE] [--pids N] "
              "[-m KEY=VALUE]... [-e KEY=VALUE]...",
     .help = "\n"
             "Create a sandbox and print its id (the sandbox object with --json).\n"
             "\n"
             "  --template NAME       root file system template (sbxd's default: base)\n"
+            "  --snapshot ID         start from a snapshot's files (`sbx snapshot`, `sbx fork`)\n"
             "  --timeout DURATION    lifetime: seconds, or 30s, 15m, 2h (sbxd's default: 15m, at most 8h)\n"
             "  --cpus N              CPU quota in vCPUs, fractions allowed\n"
             "  --memory SIZE         memory limit, e.g. 512M, 2G (whole MiB)\n"
@@ -92,6 +94,11 @@ static int create_option(void *ctx, int opt, const char *arg, sbx_error *err)
         field = "template";
         if (!(v = json_string(arg)))
             return sbx_error_set(err, 0, "--template: not valid UTF-8");
+        break;
+    case OPT_SNAPSHOT:
+        field = "snapshot";
+        if (!(v = json_string(arg)))
+            return sbx_error_set(err, 0, "--snapshot: not valid UTF-8");
         break;
     case OPT_TIMEOUT: {
         uint64_t s;
@@ -623,5 +630,134 @@ int sbx_client_metrics(sbx_cli *cli, int argc, char **argv)
     json_t *procs = json_object_get(m, "processes");
     if (json_is_integer(procs))
         printf("%-10s %" JSON_INTEGER_FORMAT "\n", "processes", json_integer_value(procs));
+    return 0;
+}
+
+/* ---- snapshots and fork ---- */
+
+static const sbx_cli_verb snapshot_verb = {
+    .name = "snapshot",
+    .usage = "sbx snapshot ID | sbx snapshot ls | sbx snapshot rm SNAPSHOT...",
+    .help = "\n"
+            "Save sandbox ID's files (what it changed over its template) as a snapshot and print the\n"
+            "snapshot's id; `sbx create --snapshot SNAPSHOT` starts sandboxes from it.  Processes and\n"
+            "memory are not saved.  `ls` lists your snapshots, `rm` deletes them (not while in use).\n",
+    .stop_after = -1,
+};
+
+int sbx_client_snapshot(sbx_cli *cli, int argc, char **argv)
+{
+    sbx_error err = { 0 };
+    sbx_cli_args a;
+    int r = sbx_cli_parse(cli, &snapshot_verb, argc, argv, NULL, NULL, &a, &err);
+    if (r != 0)
+        return r > 0 ? 0 : sbx_cli_usage_error(&snapshot_verb, &err);
+    if (a.npos < 1) {
+        sbx_error_set(&err, 0, "missing sandbox id (or ls, rm)");
+        return sbx_cli_usage_error(&snapshot_verb, &err);
+    }
+    sbx_http *h = sbx_cli_http(cli, &err);
+    if (!h)
+        return sbx_cli_fail(&err);
+    _cleanup_http_resp_ sbx_http_resp resp = { 0 };
+    if (strcmp(a.pos[0], "ls") == 0) {
+        if (sbx_http_json(h, "GET", "/v1/snapshots", NULL, &resp, &err) < 0)
+            return sbx_cli_fail(&err);
+        if (cli->json) {
+            sbx_cli_print_raw(&resp);
+            return 0;
+        }
+        printf("%-32s  %-32s  %-12s  %10s  %s\n", "SNAPSHOT", "FROM SANDBOX", "TEMPLATE", "BYTES", "CREATED");
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(resp.json, "snapshots"), i, s)
+            printf("%-32s  %-32s  %-12s  %10lld  %s\n", json_string_value(json_object_get(s, "id")),
+                   json_string_value(json_object_get(s, "sandbox_id")), json_string_value(json_object_get(s, "template")),
+                   (long long) json_integer_value(json_object_get(s, "size_bytes")),
+                   json_string_value(json_object_get(s, "created_at")));
+        return 0;
+    }
+    if (strcmp(a.pos[0], "rm") == 0) {
+        int status = 0;
+        for (int i = 1; i < a.npos; i++) {
+            _cleanup_free_ char *e = sbx_http_escape(h, a.pos[i], &err);
+            char path[512];
+            _cleanup_http_resp_ sbx_http_resp rr = { 0 };
+            if (!e || snprintf(path, sizeof path, "/v1/snapshots/%s", e) >= (int) sizeof path ||
+                sbx_http_json(h, "DELETE", path, NULL, &rr, &err) < 0)
+                status = sbx_cli_fail(&err);
+        }
+        return status;
+    }
+    if (a.npos > 1) {
+        sbx_error_set(&err, 0, "unexpected argument '%s'", a.pos[1]);
+        return sbx_cli_usage_error(&snapshot_verb, &err);
+    }
+    _cleanup_free_ char *path = sbx_cli_sandbox_path(h, a.pos[0], "/snapshots", &err);
+    if (!path || sbx_http_json(h, "POST", path, NULL, &resp, &err) < 0)
+        return sbx_cli_fail(&err);
+    if (cli->json)
+        sbx_cli_print_raw(&resp);
+    else
+        printf("%s\n", json_string_value(json_object_get(resp.json, "id")) ?: "");
+    return 0;
+}
+
+static const struct option fork_options[] = {
+    { "count", required_argument, NULL, 'n' },
+    { NULL, 0, NULL, 0 },
+};
+
+static const sbx_cli_verb fork_verb = {
+    .name = "fork",
+    .usage = "sbx fork [-n COUNT] ID",
+    .help = "\n"
+            "Copy sandbox ID's files into COUNT (default 1, at most 16) new sandboxes with its limits,\n"
+            "envs and metadata, and print their ids, one per line.  Processes are not copied.\n",
+    .shortopts = "n:",
+    .longopts = fork_options,
+    .stop_after = -1,
+};
+
+static int fork_option(void *ctx, int opt, const char *arg, sbx_error *err)
+{
+    if (opt != 'n')
+        return 0;
+    char *end;
+    long n = strtol(arg, &end, 10);
+    if (*end || n < 1 || n > 16)
+        return sbx_error_set(err, 0, "-n '%s': use a count from 1 to 16", arg);
+    *(long *) ctx = n;
+    return 0;
+}
+
+int sbx_client_fork(sbx_cli *cli, int argc, char **argv)
+{
+    sbx_error err = { 0 };
+    sbx_cli_args a;
+    long count = 1;
+    int r = sbx_cli_parse(cli, &fork_verb, argc, argv, fork_option, &count, &a, &err);
+    if (r != 0)
+        return r > 0 ? 0 : sbx_cli_usage_error(&fork_verb, &err);
+    if (a.npos != 1) {
+        sbx_error_set(&err, 0, a.npos ? "one sandbox id" : "missing sandbox id");
+        return sbx_cli_usage_error(&fork_verb, &err);
+    }
+    sbx_http *h = sbx_cli_http(cli, &err);
+    if (!h)
+        return sbx_cli_fail(&err);
+    _cleanup_free_ char *path = sbx_cli_sandbox_path(h, a.pos[0], "/fork", &err);
+    _cleanup_json_ json_t *body = json_pack("{s:i}", "count", (int) count);
+    _cleanup_http_resp_ sbx_http_resp resp = { 0 };
+    if (!path || sbx_http_json(h, "POST", path, body, &resp, &err) < 0)
+        return sbx_cli_fail(&err);
+    if (cli->json) {
+        sbx_cli_print_raw(&resp);
+        return 0;
+    }
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(resp.json, "sandboxes"), i, s)
+        printf("%s\n", json_string_value(json_object_get(s, "id")));
     return 0;
 }

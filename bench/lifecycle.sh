@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# bench/lifecycle.sh - the sandbox lifecycle of issue 5, side by side in one run:
+#   1. create from the warm pool vs a cold create vs a one-shot `bwrap ... true` (hyperfine):
+#      client-side p50 over loopback HTTP, and sbxd's own time (its log's ms=)
+#   2. pause and resume of a sandbox running a busy loop
+#   3. snapshot of a 100 MiB writable layer; fork of 10
+#   4. density: 1000 idle sandboxes, host memory per sandbox outside their own processes
+# Targets: pool create p50 <= 2 ms and p99 <= 10 ms server-side; cold create <= 1.0x bwrap;
+# pause and resume p50 <= 2 ms; 1000 idle sandboxes at < 1 MiB of host memory each.
+# Usage: sudo bash bench/lifecycle.sh (after ninja -C build).  RUNS (default 100), IDLE (1000).
+# Writes bench/results/lifecycle.json and .md.
+set -euo pipefail
+
+bench_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname -- "$bench_dir")
+BUILD=${BUILD:-$repo/build}
+RUNS=${RUNS:-100}
+IDLE=${IDLE:-1000}
+results=$bench_dir/results
+mkdir -p "$results"
+die() { echo "lifecycle.sh: $*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "run as root"
+for b in sbxd sbx-loadgen; do [[ -x $BUILD/$b ]] || die "$BUILD/$b missing: ninja -C $BUILD"; done
+command -v hyperfine >/dev/null && command -v bwrap >/dev/null || die "needs hyperfine and bwrap"
+
+work=$(mktemp -d /tmp/sbx-lifecycle-bench.XXXXXX)
+key=bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+pids=()
+start_sbxd() { # NAME ARGS... -> URL; the pid goes to $work/NAME.pid
+  local name=$1
+  shift
+  SBX_API_KEY=$key "$BUILD/sbxd" --listen 127.0.0.1:0 --home "$work/$name" "$@" >/dev/null 2>"$work/$name.log" &
+  echo $! >"$work/$name.pid"
+  for _ in $(seq 200); do grep -q 'event=listening' "$work/$name.log" 2>/dev/null && break; sleep 0.05; done
+  local a
+  a=$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "$work/$name.log")
+  [[ -n $a ]] || { cat "$work/$name.log" >&2; die "sbxd did not start"; }
+  echo "http://$a"
+}
+stop_sbxd() { # URL PID: delete what is left through the API, then SIGTERM and wait
+  for id in $(curl -s -H "Authorization: Bearer $key" "$1/v1/sandboxes" |
+    python3 -c 'import json,sys; [print(s["id"]) for s in json.load(sys.stdin).get("sandboxes", [])]' 2>/dev/null); do
+    curl -s -X DELETE -H "Authorization: Bearer $key" "$1/v1/sandboxes/$id" >/dev/null || true
+  done
+  kill "$2" 2>/dev/null || return 0
+  while kill -0 "$2" 2>/dev/null; do sleep 0.05; done
+}
+cleanup() {
+  for f in "$work"/*.pid; do
+    [[ -f $f ]] || continue
+    local pid url
+    pid=$(cat "$f")
+    url=http://$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "${f%.pid}.log")
+    kill -0 "$pid" 2>/dev/null && stop_sbxd "$url" "$pid"
+  done
+  rm -rf -- "$work"
+}
+trap cleanup EXIT
+pool_ready() {
+  for _ in $(seq 1200); do
+    curl -s -H "Authorization: Bearer $key" "$1/metrics" | grep -q "^sbx_pool_ready{template=\"base\"} $2\$" && return
+    sleep 0.1
+  done
+  die "the pool did not fill"
+}
+server_ms() { # LOG KIND(hit|miss) -> "p50 p99" of sbxd's create times
+  grep -o "pool=$2 ms=[0-9.]*" "$1" | sed 's/.*ms=//' | sort -n |
+    awk '{a[NR]=$1} END {if (NR) printf "%s %s", a[int((NR+1)/2)], a[int(NR*0.99)>0?int(NR*0.99):1]; else print "0 0"}'
+}
+A=(-H "Authorization: Bearer $key")
+J=(-H "Content-Type: application/json")
+
+echo "== 1. create: warm pool, cold, bwrap ==" >&2
+purl=$(start_sbxd pooled --pool $((RUNS * 2 + 10)))
+pool_ready "$purl" $((RUNS * 2 + 10))
+pc=$("$BUILD/sbx-loadgen" "$purl" "$key" create "$RUNS")
+read -r p_srv50 p_srv99 < <(server_ms "$work/pooled.log" hit)
+stop_sbxd "$purl" "$(cat "$work/pooled.pid")"
+curl_=$(start_sbxd cold --pool 0)
+cc=$("$BUILD/sbx-loadgen" "$curl_" "$key" create "$RUNS")
+read -r c_srv50 c_srv99 < <(server_ms "$work/cold.log" miss)
+bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/lib64 /lib64
+  --symlink usr/lib /lib --symlink usr/bin /bin --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp)
+hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$work/hf.json" -n bwrap "${bwrap_cmd[*]} /bin/true" >&2
+
+echo "== 2. pause / resume ==" >&2
+pr=$("$BUILD/sbx-loadgen" "$curl_" "$key" pause "$RUNS")
+p_ms=$(grep -o 'event=paused sandbox=[0-9a-f]* ms=[0-9.]*' "$work/cold.log" | sed 's/.*ms=//' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+r_ms=$(grep -o 'event=resumed sandbox=[0-9a-f]* ms=[0-9.]*' "$work/cold.log" | sed 's/.*ms=//' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+
+echo "== 3. snapshot of 100 MiB, fork of 10 ==" >&2
+sid=$(curl -s "${A[@]}" "${J[@]}" -d '{"disk_mb": 1024, "memory_mb": 2048}' "$curl_/v1/sandboxes" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+curl -s "${A[@]}" "${J[@]}" -d '{"cmd": "head -c 104857600 /dev/urandom > big.bin"}' "$curl_/v1/sandboxes/$sid/commands" >/dev/null
+snap_times=()
+for _ in 1 2 3 4 5; do
+  out=$(curl -s -w ' %{time_total}' -X POST "${A[@]}" "$curl_/v1/sandboxes/$sid/snapshots")
+  snap_times+=("${out##* }")
+  sn=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1].rsplit(" ",1)[0])["id"])' "$out")
+  curl -s -X DELETE "${A[@]}" "$curl_/v1/snapshots/$sn" >/dev/null
+done
+snap_s=$(printf '%s\n' "${snap_times[@]}" | sort -n | sed -n 3p)
+small=$(curl -s "${A[@]}" "${J[@]}" -d '{}' "$curl_/v1/sandboxes" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+curl -s "${A[@]}" "${J[@]}" -d '{"cmd": "echo state > s.txt"}' "$curl_/v1/sandboxes/$small/commands" >/dev/null
+fork_s=$(curl -s -o "$work/fork.json" -w '%{time_total}' "${A[@]}" "${J[@]}" -d '{"count": 10}' "$curl_/v1/sandboxes/$small/fork")
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["sandboxes"]) == 10, d' "$work/fork.json"
+stop_sbxd "$curl_" "$(cat "$work/cold.pid")"
+
+echo "== 4. density: $IDLE idle sandboxes ==" >&2
+durl=$(start_sbxd density --pool 0 --max-sandboxes $((IDLE + 10)))
+sync
+echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+avail() { awk '/MemAvailable/ {print $2}' /proc/meminfo; }
+before=$(avail)
+t0=$(date +%s.%N)
+for _ in $(seq "$IDLE"); do
+  curl -sf "${A[@]}" "${J[@]}" -d '{}' "$durl/v1/sandboxes" >/dev/null || die "create failed after $_ sandboxes"
+done
+t1=$(date +%s.%N)
+sleep 2
+after=$(avail)
+sbxd_rss=$(awk '/VmRSS/ {print $2}' "/proc/$(cat "$work/density.pid")/status")
+# the sandboxes' own processes (sbx-init and its zygote): their RSS
+own=$(for p in $(pgrep -x init); do grep -q "sbx-" "/proc/$p/cgroup" 2>/dev/null && awk '/VmRSS/ {print $2}' "/proc/$p/status"; done | awk '{s+=$1} END {print s+0}')
+stop_sbxd "$durl" "$(cat "$work/density.pid")"
+
+python3 - "$results" "$pc" "$cc" "$work/hf.json" "$p_srv50" "$p_srv99" "$c_srv50" "$c_srv99" "$pr" "$p_ms" "$r_ms" \
+  "$snap_s" "$fork_s" "$IDLE" "$before" "$after" "$sbxd_rss" "$own" "$t0" "$t1" <<'PY'
+import json, sys, datetime
+(res, pc, cc, hf, ps50, ps99, cs50, cs99, pr, p_ms, r_ms, snap_s, fork_s, idle, before, after, rss, own, t0,
+ t1) = sys.argv[1:]
+pc, cc = json.loads(pc), json.loads(cc)
+pause, resume = [json.loads(l) for l in pr.strip().splitlines()]
+h = json.load(open(hf))["results"][0]
+bw = sorted(h["times"])[len(h["times"]) // 2] * 1000
+idle = int(idle)
+used_kib = int(before) - int(after)
+per_kib = used_kib / idle
+outside_kib = (used_kib - int(own)) / idle
+out = {"date": datetime.datetime.utcnow().isoformat() + "Z", "pool_create": pc, "cold_create": cc,
+       "pool_create_server_p50_ms": float(ps50), "pool_create_server_p99_ms": float(ps99),
+       "cold_create_server_p50_ms": float(cs50), "bwrap_p50_ms": bw, "pause": pause, "resume": resume,
+       "pause_server_p50_ms": float(p_ms), "resume_server_p50_ms": float(r_ms),
+       "snapshot_100MiB_s": float(snap_s), "fork_10_s": float(fork_s), "idle_sandboxes": idle,
+       "host_kib_per_sandbox": per_kib, "host_kib_per_sandbox_outside_processes": outside_kib,
+       "sbxd_rss_kib": int(rss), "create_rate_per_s": idle / (float(t1) - float(t0))}
+json.dump(out, open(res + "/lifecycle.json", "w"), indent=2)
+md = ["| measurement | sbx | peer | ratio | target |", "|---|---|---|---|---|",
+      f'| create from the warm pool, p50 (client / sbxd) | {pc["p50_ms"]:.2f} / {float(ps50):.2f} ms | bwrap {bw:.1f} ms | {pc["p50_ms"] / bw:.2f}x | <= 2 ms server-side |',
+      f'| create from the warm pool, p99 sbxd | {float(ps99):.2f} ms | | | <= 10 ms |',
+      f'| cold create, p50 (client / sbxd) | {cc["p50_ms"]:.2f} / {float(cs50):.2f} ms | bwrap {bw:.1f} ms | {cc["p50_ms"] / bw:.2f}x | <= 1.0x bwrap |',
+      f'| pause, p50 (client / sbxd) | {pause["p50_ms"]:.2f} / {float(p_ms):.2f} ms | | | <= 2 ms |',
+      f'| resume, p50 (client / sbxd) | {resume["p50_ms"]:.2f} / {float(r_ms):.2f} ms | | | <= 2 ms |',
+      f'| snapshot of a 100 MiB writable layer (median of 5) | {float(snap_s) * 1000:.0f} ms | | | |',
+      f'| fork of 10 | {float(fork_s) * 1000:.0f} ms | | | |',
+      f'| {idle} idle sandboxes: host memory each (all / outside their processes) | {per_kib / 1024:.2f} / {outside_kib / 1024:.2f} MiB | | | < 1 MiB outside |',
+      f'| sbxd RSS with {idle} sandboxes | {int(rss) / 1024:.0f} MiB | | | |',
+      f'| creates per second (sequential, cold) | {idle / (float(t1) - float(t0)):.0f} | | | |']
+open(res + "/lifecycle.md", "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+PY
