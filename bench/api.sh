@@ -66,10 +66,9 @@ pool_ready() { # pool_ready URL N: wait until the base pool holds N
 url=$(start_sbxd home --pool 0)
 sbxd_pid=$(cat "$work/home.pid")
 lg() { "$BUILD/sbx-loadgen" "$url" "$key" "$@"; }
-# warm: a pool that holds the whole burst (refills wait for a lull)
+# warm: a pool that holds the whole burst (refills wait for a lull); it is
+# started after the cold measurements, whose cores its filling would take
 pool_n=$((RUNS * 2 + 10))
-purl=$(start_sbxd pooled --pool "$pool_n")
-pooled_pid=$(cat "$work/pooled.pid")
 
 bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/lib64 /lib64
   --symlink usr/lib /lib --symlink usr/bin /bin --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp)
@@ -77,6 +76,8 @@ bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink u
 echo "== 1+2. latency: sbxd round trip and exec, sbx run, bwrap ==" >&2
 rt=$(lg roundtrip "$RUNS")
 ex=$(lg exec "$((RUNS * 3))")
+purl=$(start_sbxd pooled --pool "$pool_n")
+pooled_pid=$(cat "$work/pooled.pid")
 pool_ready "$purl" "$pool_n"
 rtp=$("$BUILD/sbx-loadgen" "$purl" "$key" roundtrip "$RUNS")
 stop_sbxd "$pooled_pid"

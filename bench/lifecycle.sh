@@ -65,7 +65,7 @@ pool_ready() {
 }
 server_ms() { # LOG KIND(hit|miss) -> "p50 p99" of sbxd's create times
   grep -o "pool=$2 ms=[0-9.]*" "$1" | sed 's/.*ms=//' | sort -n |
-    awk '{a[NR]=$1} END {if (NR) printf "%s %s", a[int((NR+1)/2)], a[int(NR*0.99)>0?int(NR*0.99):1]; else print "0 0"}'
+    awk '{a[NR]=$1} END {if (!NR) {print "0 0"; exit} i = int(NR * 0.99); if (i < 1) i = 1; printf "%s %s\n", a[int((NR+1)/2)], a[i]}'
 }
 A=(-H "Authorization: Bearer $key")
 J=(-H "Content-Type: application/json")
@@ -107,8 +107,6 @@ stop_sbxd "$curl_" "$(cat "$work/cold.pid")"
 
 echo "== 4. density: $IDLE idle sandboxes ==" >&2
 durl=$(start_sbxd density --pool 0 --max-sandboxes $((IDLE + 10)))
-sync
-echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
 avail() { awk '/MemAvailable/ {print $2}' /proc/meminfo; }
 before=$(avail)
 t0=$(date +%s.%N)

@@ -330,6 +330,7 @@ int main(int argc, char **argv)
     }
     if (no_freezer.msg[0])
         sbx_log("warn", "event=no_pause reason=\"%s\" (POST .../pause answers 501)", no_freezer.msg);
+    sbx_cg_host_hold_freezer(&host);
     sbx_log("info", "event=listening address=%s home=%s cgroup=v%d sandboxes=%zu", bound, abs_home,
             host.mode == SBX_CG_V2 ? 2 : 1, sbx_reg_count(&d.reg, NULL));
     int sig;
@@ -339,6 +340,7 @@ int main(int argc, char **argv)
     sbx_pool_stop(&d);
     sbx_lifecycle_stop();
     sbx_reg_stop_reaper(&d.reg);
+    sbx_cg_host_release_freezer(&host);
     sbx_store_close(d.store);
     return 0;
 }

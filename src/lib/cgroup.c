@@ -5,6 +5,7 @@
 #include "fsutil.h"
 #include "reaper.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -289,6 +290,60 @@ int sbx_cg_host_add_freezer(sbx_cg_host *host, const char *parent_override, sbx_
     host->ctrl[host->n] = strdup("freezer");
     host->n++;
     return 1;
+}
+
+#define HOLD_PREFIX ".sbx-freezer-hold-"
+
+static const char *host_freezer_base(const sbx_cg_host *host)
+{
+    for (int i = 0; host->mode == SBX_CG_V1 && i < host->n; i++)
+        if (host->ctrl[i] && list_has(host->ctrl[i], strlen(host->ctrl[i]), "freezer"))
+            return host->base[i];
+    return NULL;
+}
+
+static void remove_hold(const char *dir)
+{
+    char state[PATH_MAX];
+    snprintf(state, sizeof state, "%s/freezer.state", dir);
+    sbx_write_file(state, "THAWED");
+    rmdir(dir);
+}
+
+void sbx_cg_host_hold_freezer(const sbx_cg_host *host)
+{
+    const char *base = host_freezer_base(host);
+    if (!base)
+        return;
+    DIR *d = opendir(base);
+    struct dirent *e;
+    while (d && (e = readdir(d))) { /* left by an sbxd that was killed */
+        if (strncmp(e->d_name, HOLD_PREFIX, strlen(HOLD_PREFIX)) != 0)
+            continue;
+        long pid = strtol(e->d_name + strlen(HOLD_PREFIX), NULL, 10);
+        if (pid > 0 && kill((pid_t) pid, 0) < 0 && errno == ESRCH) {
+            char dir[PATH_MAX];
+            snprintf(dir, sizeof dir, "%s/%s", base, e->d_name);
+            remove_hold(dir);
+        }
+    }
+    if (d)
+        closedir(d);
+    char dir[PATH_MAX], state[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/" HOLD_PREFIX "%d", base, (int) getpid());
+    snprintf(state, sizeof state, "%s/freezer.state", dir);
+    if (mkdir(dir, 0755) == 0 || errno == EEXIST)
+        sbx_write_file(state, "FROZEN"); /* best effort: only speed depends on it */
+}
+
+void sbx_cg_host_release_freezer(const sbx_cg_host *host)
+{
+    const char *base = host_freezer_base(host);
+    if (!base)
+        return;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/" HOLD_PREFIX "%d", base, (int) getpid());
+    remove_hold(dir);
 }
 
 static int write_at(sbx_error *err, const char *dir, const char *file, const char *fmt, ...)
