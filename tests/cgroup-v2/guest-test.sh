@@ -4,7 +4,9 @@
 # checks sbx run's v2 paths: refusing a shared cgroup, nesting under
 # SBX_CGROUP_PARENT, moving itself into a leaf when alone, the limits
 # (memory.max, memory.swap.max, cpu.max, pids.max), OOM and timeout reports,
-# init outside the workload's cgroup, and cleanup after SIGKILL.
+# init outside the workload's cgroup, and cleanup after SIGKILL; then sbxd's
+# (dynamic: it runs on the host's /usr) pause and resume through
+# cgroup.freeze, a snapshot, and the clean-up of a deleted paused sandbox.
 # Ends with "V2 SUMMARY: N passed, M failed" and powers the guest off.
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbx
@@ -59,6 +61,37 @@ out=$(sh -c 'echo $$ > /sys/fs/cgroup/test/solo/cgroup.procs; exec sbx run -- sh
 [ $rc -eq 0 ] && [ -d /sys/fs/cgroup/test/solo/sbx-self ] && ok alone-moves-to-leaf || ko alone-moves-to-leaf "rc=$rc $out"
 left=$(ls -d /sys/fs/cgroup/test/solo/sbx-[0-9a-f]* 2>/dev/null)
 [ -z "$left" ] && ok solo-cleaned || ko solo-cleaned "$left"
+
+# sbxd on pure v2: pause is cgroup.freeze on `work`, snapshots work the same
+export SBX_CGROUP_PARENT=/test/sandboxes SBX_INIT=/sbx/sbx-init
+ip link set lo up
+K=guest-key-0123456789abcdef
+SBX_API_KEY=$K /sbx/sbxd --listen 127.0.0.1:7700 --home /tmp/sbxd --pool 0 2>/tmp/sbxd.log & d=$!
+for i in $(seq 100); do grep -q event=listening /tmp/sbxd.log && break; sleep 0.2; done
+api() { m=$1; p=$2; shift 2; /usr/bin/curl -s -X "$m" -H "Authorization: Bearer $K" -H 'Content-Type: application/json' "$@" "http://127.0.0.1:7700$p"; }
+jid() { sed -n 's/^{"id":"\([0-9a-f]*\)".*/\1/p'; }
+sid=$(api POST /v1/sandboxes -d '{}' | jid)
+if [ -n "$sid" ]; then ok sbxd-create; else ko sbxd-create "$(tail -3 /tmp/sbxd.log)"; fi
+api POST /v1/sandboxes/$sid/commands -d '{"cmd":"echo kept > f; while :; do :; done","background":true}' >/dev/null
+w=/sys/fs/cgroup/test/sandboxes/sbx-$sid/work
+sleep 1
+out=$(api POST /v1/sandboxes/$sid/pause)
+u1=$(sed -n 's/^usage_usec //p' $w/cpu.stat); sleep 1; u2=$(sed -n 's/^usage_usec //p' $w/cpu.stat)
+echo "$out" | grep -q '"state":"paused"' && [ "$(cat $w/cgroup.freeze)" = 1 ] && grep -q '^frozen 1' $w/cgroup.events &&
+  [ $((u2 - u1)) -lt 20000 ] && ok sbxd-pause-freezes || ko sbxd-pause-freezes "$out freeze=$(cat $w/cgroup.freeze) cpu=$((u2 - u1))us"
+out=$(api POST /v1/sandboxes/$sid/resume)
+u1=$(sed -n 's/^usage_usec //p' $w/cpu.stat); sleep 1; u2=$(sed -n 's/^usage_usec //p' $w/cpu.stat)
+echo "$out" | grep -q '"state":"running"' && grep -q '^frozen 0' $w/cgroup.events && [ $((u2 - u1)) -gt 200000 ] &&
+  ok sbxd-resume-thaws || ko sbxd-resume-thaws "$out cpu=$((u2 - u1))us"
+snap=$(api POST /v1/sandboxes/$sid/snapshots | jid)
+new=$(api POST /v1/sandboxes -d "{\"snapshot\":\"$snap\"}" | jid)
+out=$(api POST /v1/sandboxes/$new/commands -d '{"cmd":"cat f"}')
+echo "$out" | grep -q '"stdout":"kept\\n"' && ok sbxd-snapshot || ko sbxd-snapshot "$snap $new $out"
+api POST /v1/sandboxes/$sid/pause >/dev/null
+api DELETE /v1/sandboxes/$sid; api DELETE /v1/sandboxes/$new
+kill $d; wait $d
+left=$(ls -d /sys/fs/cgroup/test/sandboxes/sbx-* 2>/dev/null)
+[ -z "$left" ] && ok sbxd-paused-delete-cleaned || ko sbxd-paused-delete-cleaned "$left"
 
 echo "V2 SUMMARY: $pass passed, $fail failed"
 echo o > /proc/sysrq-trigger

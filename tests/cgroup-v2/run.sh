@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run sbx on a pure cgroup v2 host: a qemu guest (software emulation, no KVM
 # needed) booting Debian's kernel with an initramfs that holds busybox, the
-# static sbx, sbx-init and test helper, and sees the host's /usr read-only
+# static sbx, sbx-init and test helper (and sbxd), and sees the host's /usr read-only
 # over 9p.  The development machines are hybrid (v1 controllers), so this is
 # where the v2 code paths are exercised.  Takes ~15 s; the kernel package is
 # cached under the build directory.
@@ -43,6 +43,8 @@ for b in sbx sbx-init tests/sbx-test-helper; do
   file -L "$build/$b" | grep -q 'statically linked' || { echo "cgroup-v2: $build/$b is not static (sanitizer build?)"; exit 2; }
   cp "$build/$b" initrd/sbx/
 done
+# sbxd is dynamic: it runs on the host's libraries, which the guest sees under /usr
+cp "$build/sbxd" initrd/sbx/
 cp "$here/guest-init" initrd/init
 cp "$here/guest-test.sh" initrd/guest-test.sh
 chmod +x initrd/init
