@@ -24,69 +24,34 @@ for b in sbxd sbx sbx-loadgen; do [[ -x $BUILD/$b ]] || die "$BUILD/$b missing: 
 command -v hyperfine >/dev/null && command -v bwrap >/dev/null || die "needs hyperfine and bwrap (scripts/bootstrap.sh)"
 
 work=$(mktemp -d /tmp/sbx-api-bench.XXXXXX)
-sbxd_pid= pooled_pid=
+# shellcheck source=bench/lib.sh
+. "$bench_dir/lib.sh"
 cleanup() {
-  [[ -n $pooled_pid ]] && stop_sbxd "$pooled_pid"
-  # sbxd leaves sandboxes running when it stops (by design): delete them first
-  if [[ -n ${url:-} ]]; then
-    for id in $(curl -s -H "Authorization: Bearer $key" "$url/v1/sandboxes" |
-      python3 -c 'import json,sys; [print(s["id"]) for s in json.load(sys.stdin).get("sandboxes", [])]' 2>/dev/null); do
-      curl -s -X DELETE -H "Authorization: Bearer $key" "$url/v1/sandboxes/$id" >/dev/null || true
-    done
-  fi
-  [[ -n $sbxd_pid ]] && stop_sbxd "$sbxd_pid"
+  stop_all_sbxd
   rm -rf -- "$work"
 }
 trap cleanup EXIT
 
-key=bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-start_sbxd() { # start_sbxd NAME ARGS... -> prints the URL; pid in NAME.pid
-  local name=$1
-  shift
-  SBX_API_KEY=$key "$BUILD/sbxd" --listen 127.0.0.1:0 --home "$work/$name" "$@" >/dev/null 2>"$work/$name.log" &
-  echo $! >"$work/$name.pid"
-  for _ in $(seq 100); do grep -q 'event=listening' "$work/$name.log" 2>/dev/null && break; sleep 0.05; done
-  local a
-  a=$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "$work/$name.log")
-  [[ -n $a ]] || { cat "$work/$name.log" >&2; die "sbxd did not start"; }
-  echo "http://$a"
-}
-stop_sbxd() { # stop_sbxd PID: SIGTERM, then wait for it (not our child: started in $(...))
-  kill "$1" 2>/dev/null || return 0
-  while kill -0 "$1" 2>/dev/null; do sleep 0.05; done
-}
-pool_ready() { # pool_ready URL N: wait until the base pool holds N
-  for _ in $(seq 600); do
-    curl -s -H "Authorization: Bearer $key" "$1/metrics" | grep -q "^sbx_pool_ready{template=\"base\"} $2\$" && return
-    sleep 0.1
-  done
-  die "the pool of $1 did not fill"
-}
 # cold: no pool, so that every create is a whole sandbox set-up
 url=$(start_sbxd home --pool 0)
-sbxd_pid=$(cat "$work/home.pid")
+sbxd_pid=$(cat "$work/home.pid")  # for its RSS below
 lg() { "$BUILD/sbx-loadgen" "$url" "$key" "$@"; }
 # warm: a pool that holds the whole burst (refills wait for a lull); it is
 # started after the cold measurements, whose cores its filling would take
 pool_n=$((RUNS * 2 + 10))
 
-bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/lib64 /lib64
-  --symlink usr/lib /lib --symlink usr/bin /bin --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp)
 
 echo "== 1+2. latency: sbxd round trip and exec, sbx run, bwrap ==" >&2
 rt=$(lg roundtrip "$RUNS")
 ex=$(lg exec "$((RUNS * 3))")
 purl=$(start_sbxd pooled --pool "$pool_n")
-pooled_pid=$(cat "$work/pooled.pid")
 pool_ready "$purl" "$pool_n"
 rtp=$("$BUILD/sbx-loadgen" "$purl" "$key" roundtrip "$RUNS")
-stop_sbxd "$pooled_pid"
+stop_sbxd pooled
 purl=$(start_sbxd sporadic)  # the default pool (4)
-pooled_pid=$(cat "$work/sporadic.pid")
 pool_ready "$purl" 4
 rts=$(LG_GAP_MS=100 "$BUILD/sbx-loadgen" "$purl" "$key" roundtrip "$((RUNS / 4))")
-stop_sbxd "$pooled_pid"
-pooled_pid=
+stop_sbxd sporadic
 SBX_HOME=$work/run-home hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$work/hf.json" \
   -n "sbx run" "$BUILD/sbx run -- /bin/true" -n bwrap "${bwrap_cmd[*]} /bin/true" >&2
 

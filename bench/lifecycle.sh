@@ -24,45 +24,13 @@ for b in sbxd sbx-loadgen; do [[ -x $BUILD/$b ]] || die "$BUILD/$b missing: ninj
 command -v hyperfine >/dev/null && command -v bwrap >/dev/null || die "needs hyperfine and bwrap"
 
 work=$(mktemp -d /tmp/sbx-lifecycle-bench.XXXXXX)
-key=bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-pids=()
-start_sbxd() { # NAME ARGS... -> URL; the pid goes to $work/NAME.pid
-  local name=$1
-  shift
-  SBX_API_KEY=$key "$BUILD/sbxd" --listen 127.0.0.1:0 --home "$work/$name" "$@" >/dev/null 2>"$work/$name.log" &
-  echo $! >"$work/$name.pid"
-  for _ in $(seq 200); do grep -q 'event=listening' "$work/$name.log" 2>/dev/null && break; sleep 0.05; done
-  local a
-  a=$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "$work/$name.log")
-  [[ -n $a ]] || { cat "$work/$name.log" >&2; die "sbxd did not start"; }
-  echo "http://$a"
-}
-stop_sbxd() { # URL PID: delete what is left through the API, then SIGTERM and wait
-  for id in $(curl -s -H "Authorization: Bearer $key" "$1/v1/sandboxes" |
-    python3 -c 'import json,sys; [print(s["id"]) for s in json.load(sys.stdin).get("sandboxes", [])]' 2>/dev/null); do
-    curl -s -X DELETE -H "Authorization: Bearer $key" "$1/v1/sandboxes/$id" >/dev/null || true
-  done
-  kill "$2" 2>/dev/null || return 0
-  while kill -0 "$2" 2>/dev/null; do sleep 0.05; done
-}
+# shellcheck source=bench/lib.sh
+. "$bench_dir/lib.sh"
 cleanup() {
-  for f in "$work"/*.pid; do
-    [[ -f $f ]] || continue
-    local pid url
-    pid=$(cat "$f")
-    url=http://$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "${f%.pid}.log")
-    kill -0 "$pid" 2>/dev/null && stop_sbxd "$url" "$pid"
-  done
+  stop_all_sbxd
   rm -rf -- "$work"
 }
 trap cleanup EXIT
-pool_ready() {
-  for _ in $(seq 1200); do
-    curl -s -H "Authorization: Bearer $key" "$1/metrics" | grep -q "^sbx_pool_ready{template=\"base\"} $2\$" && return
-    sleep 0.1
-  done
-  die "the pool did not fill"
-}
 server_ms() { # LOG KIND(hit|miss) -> "p50 p99" of sbxd's create times
   grep -o "pool=$2 ms=[0-9.]*" "$1" | sed 's/.*ms=//' | sort -n |
     awk '{a[NR]=$1} END {if (!NR) {print "0 0"; exit} i = int(NR * 0.99); if (i < 1) i = 1; printf "%s %s\n", a[int((NR+1)/2)], a[i]}'
@@ -75,12 +43,10 @@ purl=$(start_sbxd pooled --pool $((RUNS * 2 + 10)))
 pool_ready "$purl" $((RUNS * 2 + 10))
 pc=$("$BUILD/sbx-loadgen" "$purl" "$key" create "$RUNS")
 read -r p_srv50 p_srv99 < <(server_ms "$work/pooled.log" hit)
-stop_sbxd "$purl" "$(cat "$work/pooled.pid")"
+stop_sbxd pooled
 curl_=$(start_sbxd cold --pool 0)
 cc=$("$BUILD/sbx-loadgen" "$curl_" "$key" create "$RUNS")
 read -r c_srv50 c_srv99 < <(server_ms "$work/cold.log" miss)
-bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/lib64 /lib64
-  --symlink usr/lib /lib --symlink usr/bin /bin --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp)
 hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$work/hf.json" -n bwrap "${bwrap_cmd[*]} /bin/true" >&2
 
 echo "== 2. pause / resume ==" >&2
@@ -103,7 +69,7 @@ small=$(curl -s "${A[@]}" "${J[@]}" -d '{}' "$curl_/v1/sandboxes" | python3 -c '
 curl -s "${A[@]}" "${J[@]}" -d '{"cmd": "echo state > s.txt"}' "$curl_/v1/sandboxes/$small/commands" >/dev/null
 fork_s=$(curl -s -o "$work/fork.json" -w '%{time_total}' "${A[@]}" "${J[@]}" -d '{"count": 10}' "$curl_/v1/sandboxes/$small/fork")
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["sandboxes"]) == 10, d' "$work/fork.json"
-stop_sbxd "$curl_" "$(cat "$work/cold.pid")"
+stop_sbxd cold
 
 echo "== 4. density: $IDLE idle sandboxes ==" >&2
 durl=$(start_sbxd density --pool 0 --max-sandboxes $((IDLE + 10)))
@@ -119,7 +85,7 @@ after=$(avail)
 sbxd_rss=$(awk '/VmRSS/ {print $2}' "/proc/$(cat "$work/density.pid")/status")
 # the sandboxes' own processes (sbx-init and its zygote): their RSS
 own=$(for p in $(pgrep -x init); do grep -q "sbx-" "/proc/$p/cgroup" 2>/dev/null && awk '/VmRSS/ {print $2}' "/proc/$p/status"; done | awk '{s+=$1} END {print s+0}')
-stop_sbxd "$durl" "$(cat "$work/density.pid")"
+stop_sbxd density
 
 python3 - "$results" "$pc" "$cc" "$work/hf.json" "$p_srv50" "$p_srv99" "$c_srv50" "$c_srv99" "$pr" "$p_ms" "$r_ms" \
   "$snap_s" "$fork_s" "$IDLE" "$before" "$after" "$sbxd_rss" "$own" "$t0" "$t1" <<'PY'

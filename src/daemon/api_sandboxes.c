@@ -52,6 +52,18 @@ json_t *sbx_box_json(const sbx_box_row *b)
     return o;
 }
 
+/* 200 with sandbox {0} as it is recorded now (after a change). */
+static void reply_sandbox(sbx_req *r)
+{
+    sbx_box_row row;
+    if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
+        sbx_reply_json(r, 200, sbx_box_json(&row));
+        sbx_box_row_free(&row);
+    } else {
+        sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);
+    }
+}
+
 static uint64_t host_memory_mb(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
@@ -309,13 +321,7 @@ void sbx_api_sandbox_timeout(sbx_req *r)
     pthread_mutex_unlock(&r->d->reg.lock);
     sbx_store_box_set_expiry(r->d->store, b->id, exp, t);
     sbx_reg_put(&r->d->reg, b);
-    sbx_box_row row;
-    if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
-        sbx_reply_json(r, 200, sbx_box_json(&row));
-        sbx_box_row_free(&row);
-    } else {
-        sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);
-    }
+    reply_sandbox(r);
 out:
     json_decref(j);
 }
@@ -357,15 +363,8 @@ void sbx_api_sandbox_metrics(sbx_req *r)
 
 static void pause_or_resume(sbx_req *r, bool pause)
 {
-    json_t *j = sbx_req_json(r); /* no fields: {} or no body */
-    if (!j)
+    if (sbx_req_no_fields(r) < 0)
         return;
-    static const char *const fields[] = { NULL };
-    if (sbx_json_only(r, j, fields) < 0) {
-        json_decref(j);
-        return;
-    }
-    json_decref(j);
     sbx_box *b = sbx_req_box_as_is(r);
     if (!b)
         return;
@@ -388,13 +387,7 @@ static void pause_or_resume(sbx_req *r, bool pause)
     if (done)
         sbx_log("info", "event=%s sandbox=%s ms=%.2f", pause ? "paused" : "resumed", r->arg[0],
                 (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) / 1e6);
-    sbx_box_row row;
-    if (sbx_store_box_get(r->d->store, r->arg[0], &row) == 1) {
-        sbx_reply_json(r, 200, sbx_box_json(&row));
-        sbx_box_row_free(&row);
-    } else {
-        sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);
-    }
+    reply_sandbox(r);
 }
 
 void sbx_api_sandbox_pause(sbx_req *r)

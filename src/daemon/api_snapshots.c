@@ -158,13 +158,7 @@ static int take_snapshot(sbx_daemon *d, sbx_box *b, const char *key_id, sbx_snap
 
 void sbx_api_snapshot_create(sbx_req *r)
 {
-    json_t *j = sbx_req_json(r);
-    if (!j)
-        return;
-    static const char *const fields[] = { NULL };
-    int bad = sbx_json_only(r, j, fields);
-    json_decref(j);
-    if (bad < 0)
+    if (sbx_req_no_fields(r) < 0)
         return;
     sbx_box *b = sbx_req_box_as_is(r); /* a paused sandbox is snapshotted as it is */
     if (!b)

@@ -276,6 +276,17 @@ json_t *sbx_req_json(sbx_req *r)
     return j;
 }
 
+int sbx_req_no_fields(sbx_req *r)
+{
+    json_t *j = sbx_req_json(r);
+    if (!j)
+        return -1;
+    static const char *const none[] = { NULL };
+    int ret = sbx_json_only(r, j, none) < 0 ? -1 : 0;
+    json_decref(j);
+    return ret;
+}
+
 int sbx_json_only(sbx_req *r, json_t *obj, const char *const *allowed)
 {
     const char *k;

@@ -99,6 +99,9 @@ const char *sbx_header(sbx_req *r, const char *name);
  * returns NULL. */
 json_t *sbx_req_json(sbx_req *r);
 
+/* A body that takes no fields: {} or nothing.  0, or -1 having replied 400. */
+int sbx_req_no_fields(sbx_req *r);
+
 /* Strict field access: unknown fields and wrong types are 400s.  Each
  * returns 0 (absent: out untouched), 1 (present), -1 (replied 400). */
 int sbx_json_only(sbx_req *r, json_t *obj, const char *const *allowed);
