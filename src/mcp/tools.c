@@ -205,6 +205,15 @@ static void bytes_add(bytes *b, const uint8_t *p, size_t n)
     b->len += n;
 }
 
+/* A FILE writer into a bytes buffer that refuses to grow past OUTPUT_CAP
+ * (the write fails, which ends the transfer; truncated says why). */
+static ssize_t capped_write(void *cookie, const char *buf, size_t n)
+{
+    bytes *b = cookie;
+    bytes_add(b, (const uint8_t *) buf, n);
+    return b->truncated ? 0 : (ssize_t) n;
+}
+
 /* Text when the bytes are UTF-8, else base64: obj[name] and obj[name_encoding]. */
 static void put_output(json_t *obj, const char *name, const bytes *b)
 {
@@ -546,29 +555,32 @@ static int read_file(sbx_mcp_call *c, const char *id, const char *path, bytes *b
                          path, (long long) size, OUTPUT_CAP);
         return -1;
     }
-    char *data = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&data, &len);
+    /* Held to OUTPUT_CAP as it arrives: the file may grow after the stat
+     * (a process in the sandbox appending to it), and sbxd must not hold
+     * whatever a sandbox writes. */
+    bytes got = { 0 };
+    cookie_io_functions_t io = { .write = capped_write };
+    FILE *f = fopencookie(&got, "w", io);
     if (!f) {
         *fail_res = fail("out of memory");
         return -1;
     }
+    setvbuf(f, NULL, _IONBF, 0);
     _cleanup_free_ char *gp = files_path(c, id, "", path, "", &err);
     int r = gp ? sbx_http_download(sbx_mcp_call_http(c), gp, f, &err) : -1;
     fclose(f);
-    if (r < 0) {
-        free(data);
-        *fail_res = fail_rest(c, &err);
-        return -1;
-    }
-    if (len > OUTPUT_CAP) { /* it grew since the stat */
-        free(data);
+    if (got.truncated) { /* it grew since the stat */
+        free(got.data);
         *fail_res = fail("'%s' grew past %u bytes while it was read; read it in parts with command_run", path,
                          OUTPUT_CAP);
         return -1;
     }
-    b->data = (uint8_t *) data;
-    b->len = len;
+    if (r < 0) {
+        free(got.data);
+        *fail_res = fail_rest(c, &err);
+        return -1;
+    }
+    *b = got;
     return 0;
 }
 

@@ -1222,6 +1222,24 @@ def test_stdio_raw_protocol(stdio):
     assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in s.lines)
 
 
+def test_stdio_overlong_line_is_refused_and_not_held(stdio):
+    """A line over 64 MiB is answered with -32600 (not parsed, not held
+    whole: sbx mcp's memory stays far below the line), and the next one
+    is served."""
+    s = stdio()
+    s.initialize()
+    chunk = b"x" * (1 << 20)
+    for _ in range(65):
+        s.send(chunk)
+    s.send(b"\n")
+    m = s.recv(30)
+    assert m.get("id") is None and m["error"]["code"] == -32600 and "longer" in m["error"]["message"], m
+    rss = int([l for l in open(f"/proc/{s.p.pid}/status") if l.startswith("VmRSS")][0].split()[1])
+    assert rss < 80 * 1024, f"sbx mcp holds {rss} KiB after a 65 MiB line"
+    assert s.request(2, "ping")["result"] == {}
+    assert s.close() == 0
+
+
 def test_stdio_nul_in_strings(stdio, rest):
     """The same over stdio: "a\\u0000b" as content is 3 bytes; a NUL in a
     path, an argv element or a sandbox id is refused, never cut at the NUL

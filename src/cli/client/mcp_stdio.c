@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A line longer than this is refused (files_write of ~48 MiB of base64). */
+/* A line longer than this is refused, and never held whole (files_write of
+ * ~48 MiB of base64 fits). */
 #define MAX_LINE (64u << 20)
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -37,6 +38,38 @@ static void send_line(void *ctx, json_t *msg)
     fflush(stdout);
     pthread_mutex_unlock(&out_lock);
     free(s);
+}
+
+/* One line of stdin into *buf (without its newline), never holding more
+ * than MAX_LINE: a longer one is read to its end and dropped (*too_long).
+ * Returns its length, or -1 at the end of stdin. */
+static ssize_t read_line(char **buf, size_t *cap, bool *too_long)
+{
+    size_t n = 0;
+    int ch;
+    *too_long = false;
+    while ((ch = getc_unlocked(stdin)) != EOF && ch != '\n') {
+        if (n >= MAX_LINE) {
+            *too_long = true;
+            continue;
+        }
+        if (n + 2 > *cap) {
+            size_t c = *cap ? *cap * 2 : 4096;
+            char *b = realloc(*buf, c);
+            if (!b) {
+                *too_long = true; /* no memory for it: refuse it like an overlong line */
+                continue;
+            }
+            *buf = b;
+            *cap = c;
+        }
+        (*buf)[n++] = (char) ch;
+    }
+    if (ch == EOF && n == 0 && !*too_long)
+        return -1;
+    if (*buf)
+        (*buf)[n] = '\0';
+    return (ssize_t) n;
 }
 
 struct job {
@@ -90,16 +123,16 @@ int sbx_client_mcp(sbx_cli *cli, int argc, char **argv)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    while ((n = getline(&line, &cap, stdin)) >= 0) {
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+    bool too_long;
+    while ((n = read_line(&line, &cap, &too_long)) >= 0) {
+        while (n > 0 && line[n - 1] == '\r')
             line[--n] = '\0';
-        if (n == 0)
+        if (n == 0 && !too_long)
             continue;
         json_error_t je;
-        json_t *msg =
-            (size_t) n > MAX_LINE ? NULL : json_loadb(line, (size_t) n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        json_t *msg = too_long ? NULL : json_loadb(line, (size_t) n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         if (!msg) {
-            json_t *e = (size_t) n > MAX_LINE
+            json_t *e = too_long
                             ? sbx_mcp_error(NULL, SBX_RPC_INVALID_REQUEST, "message longer than %u bytes", MAX_LINE)
                             : sbx_mcp_error(NULL, SBX_RPC_PARSE_ERROR, "not JSON: %s (column %d)", je.text,
                                             je.column);
