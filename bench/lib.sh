@@ -1,4 +1,4 @@
-# bench/lib.sh - what the service benchmarks share (sourced by api.sh, lifecycle.sh):
+# bench/lib.sh - what the service benchmarks share (sourced by api.sh, lifecycle.sh, mcp.sh):
 # private sbxd daemons under $work, one key, and their orderly end.
 # The caller sets BUILD, work (a fresh directory) and die(); this sets key.
 

@@ -74,47 +74,23 @@ static size_t header(char *p, size_t size, size_t n, void *ud)
     return len;
 }
 
-/* One JSON-RPC message to /mcp; returns the HTTP status, body in `body`. */
-static long mcp(const char *json)
-{
-    char url[1024], auth[512], sid[200];
-    snprintf(url, sizeof url, "%s/mcp", base);
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
-    snprintf(sid, sizeof sid, "MCP-Session-Id: %s", session);
-    struct curl_slist *h = curl_slist_append(NULL, auth);
-    h = curl_slist_append(h, "Content-Type: application/json");
-    h = curl_slist_append(h, "Accept: application/json, text/event-stream");
-    h = curl_slist_append(h, "MCP-Protocol-Version: 2025-11-25");
-    if (session[0])
-        h = curl_slist_append(h, sid);
-    curl_easy_reset(curl);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, header);
-    body_len = 0;
-    body[0] = '\0';
-    long status = 0;
-    if (curl_easy_perform(curl) == CURLE_OK)
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-    curl_slist_free_all(h);
-    return status;
-}
-
-/* method + path + JSON body; returns the HTTP status, body in `body`. */
-static long request(const char *method, const char *path, const char *json)
+/* method + path + JSON body (NULL: none) with the key and `extra` headers;
+ * returns the HTTP status, body in `body`. */
+static long send_json(const char *method, const char *path, const char *json, const char *const *extra)
 {
     char url[1024], auth[512];
     snprintf(url, sizeof url, "%s%s", base, path);
     snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
     struct curl_slist *h = curl_slist_append(NULL, auth);
     h = curl_slist_append(h, "Content-Type: application/json");
+    for (size_t i = 0; extra && extra[i]; i++)
+        h = curl_slist_append(h, extra[i]);
     curl_easy_reset(curl);
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, header);
     if (json)
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json);
     body_len = 0;
@@ -124,6 +100,21 @@ static long request(const char *method, const char *path, const char *json)
         curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(h);
     return status;
+}
+
+static long request(const char *method, const char *path, const char *json)
+{
+    return send_json(method, path, json, NULL);
+}
+
+/* One JSON-RPC message to /mcp, in the session if there is one. */
+static long mcp(const char *json)
+{
+    char sid[200];
+    snprintf(sid, sizeof sid, "MCP-Session-Id: %s", session);
+    const char *const extra[] = { "Accept: application/json, text/event-stream", "MCP-Protocol-Version: 2025-11-25",
+                                  session[0] ? sid : NULL, NULL };
+    return send_json("POST", "/mcp", json, extra);
 }
 
 static int create_with(char id[64], const char *json)

@@ -21,24 +21,16 @@ for b in sbxd sbx sbx-loadgen; do [[ -x $BUILD/$b ]] || die "$BUILD/$b missing: 
 command -v hyperfine >/dev/null && command -v bwrap >/dev/null || die "needs hyperfine and bwrap (scripts/bootstrap.sh)"
 
 work=$(mktemp -d /tmp/sbx-mcp-bench.XXXXXX)
-sbxd_pid=
+# shellcheck source=bench/lib.sh
+. "$bench_dir/lib.sh"
 cleanup() {
-  # loadgen deletes the sandboxes it makes; sbxd is ours, stopped by its pid
-  [[ -n $sbxd_pid ]] && kill "$sbxd_pid" 2>/dev/null && wait "$sbxd_pid" 2>/dev/null || true
+  stop_all_sbxd
   rm -rf -- "$work"
 }
 trap cleanup EXIT
 
-key=bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-SBX_API_KEY=$key "$BUILD/sbxd" --listen 127.0.0.1:0 --home "$work/home" 2>"$work/sbxd.log" &
-sbxd_pid=$!
-for _ in $(seq 100); do grep -q 'event=listening' "$work/sbxd.log" 2>/dev/null && break; sleep 0.05; done
-addr=$(sed -n 's/.*event=listening address=\([^ ]*\).*/\1/p' "$work/sbxd.log")
-[[ -n $addr ]] || { cat "$work/sbxd.log" >&2; die "sbxd did not start"; }
-lg() { "$BUILD/sbx-loadgen" "http://$addr" "$key" "$@"; }
-
-bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/lib64 /lib64
-  --symlink usr/lib /lib --symlink usr/bin /bin --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp)
+url=$(start_sbxd home)
+lg() { "$BUILD/sbx-loadgen" "$url" "$key" "$@"; }
 
 echo "== command_run echo hi: MCP, REST, sbx run, bwrap ==" >&2
 mcp=$(lg mcp "$RUNS")

@@ -75,13 +75,25 @@ static int run_tool(char *const argv[], sbx_error *err)
     return 0;
 }
 
+/* nftw has no context argument: the sum is a global, one tree at a time */
+static pthread_mutex_t size_lock = PTHREAD_MUTEX_INITIALIZER;
 static int64_t tree_bytes;
 static int add_size(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void) path, (void) flag, (void) ftw;
     if (S_ISREG(st->st_mode))
-        __atomic_add_fetch(&tree_bytes, st->st_size, __ATOMIC_RELAXED);
+        tree_bytes += st->st_size;
     return 0;
+}
+
+static int64_t bytes_of_tree(const char *dir)
+{
+    pthread_mutex_lock(&size_lock);
+    tree_bytes = 0;
+    nftw(dir, add_size, 32, FTW_PHYS | FTW_MOUNT);
+    int64_t n = tree_bytes;
+    pthread_mutex_unlock(&size_lock);
+    return n;
 }
 
 static void remove_tree(const char *dir)
@@ -139,13 +151,7 @@ static int take_snapshot(sbx_daemon *d, sbx_box *b, const char *key_id, sbx_snap
         remove_tree(tmp);
         return -1;
     }
-    /* nftw has no context argument: one snapshot is sized at a time */
-    static pthread_mutex_t size_lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&size_lock);
-    tree_bytes = 0;
-    nftw(final, add_size, 32, FTW_PHYS | FTW_MOUNT);
-    out->size_bytes = tree_bytes;
-    pthread_mutex_unlock(&size_lock);
+    out->size_bytes = bytes_of_tree(final);
     out->created_at = sbx_now_wall_ms();
     if (sbx_store_snap_insert(d->store, out) != 1) {
         remove_tree(final);

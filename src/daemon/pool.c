@@ -33,7 +33,7 @@ typedef struct pool {
     unsigned size;
     sbx_box **ready;
     size_t n;
-    uint64_t hits, misses, made, failed;
+    uint64_t hits, misses, failed;
     long backoff_ms;
     double refill_ms_last, refill_ms_sum;
 } pool;
@@ -199,7 +199,6 @@ static void *refill(void *arg)
         }
         p->ready = v;
         p->ready[p->n++] = b;
-        p->made++;
         p->refill_ms_last = took;
         p->refill_ms_sum += took;
     }

@@ -420,7 +420,11 @@ static int open_procs(const char *dir, const char *sub, bool cloexec, sbx_error 
 }
 
 /* `ctrls` lists the controllers of this hierarchy that we limit. */
-static int set_limits_v1(const char *dir, const char *ctrls, const sbx_cg_limits *l, sbx_error *err)
+/* init_room: 1 while sbx-init is still in work (a new sandbox: it leaves
+ * once the command runs, and sbx_cgroup_init_left() then sets the exact
+ * limit), 0 once it has left. */
+static int set_limits_v1(const char *dir, const char *ctrls, const sbx_cg_limits *l, uint32_t init_room,
+                         sbx_error *err)
 {
     char work[PATH_MAX];
     size_t cl = strlen(ctrls);
@@ -449,16 +453,14 @@ static int set_limits_v1(const char *dir, const char *ctrls, const sbx_cg_limits
             write_at(err, work, "cpu.cfs_quota_us", "%" PRIu32, l->millicpus * 100) < 0)
             return -1;
     }
-    /* +1: sbx-init starts in work and leaves once the command runs;
-     * sbx_cgroup_init_left() then sets the exact limit. */
     if (list_has(ctrls, cl, "pids")) {
-        if (write_at(err, work, "pids.max", "%" PRIu32, l->pids + 1) < 0)
+        if (write_at(err, work, "pids.max", "%" PRIu32, l->pids + init_room) < 0)
             return -1;
     }
     return 0;
 }
 
-static int set_limits_v2(const char *dir, const sbx_cg_limits *l, sbx_error *err)
+static int set_limits_v2(const char *dir, const sbx_cg_limits *l, uint32_t init_room, sbx_error *err)
 {
     char work[PATH_MAX], p[PATH_MAX];
     snprintf(work, sizeof work, "%s/work", dir);
@@ -468,7 +470,7 @@ static int set_limits_v2(const char *dir, const sbx_cg_limits *l, sbx_error *err
     if (access(p, F_OK) == 0 && write_at(err, work, "memory.swap.max", "0") < 0)
         return -1;
     if (write_at(err, work, "cpu.max", "%" PRIu32 " 100000", l->millicpus * 100) < 0 ||
-        write_at(err, work, "pids.max", "%" PRIu32, l->pids + 1) < 0) /* see set_limits_v1 */
+        write_at(err, work, "pids.max", "%" PRIu32, l->pids + init_room) < 0) /* see set_limits_v1 */
         return -1;
     return 0;
 }
@@ -519,8 +521,8 @@ int sbx_cgroup_create(sbx_cgroup *cg, const sbx_cg_host *host, const char *id, c
             sbx_error_set(err, errno, "create cgroup %s", sub);
             goto fail;
         }
-        int r = host->mode == SBX_CG_V2 ? set_limits_v2(cg->dir[i], limits, err)
-                                        : set_limits_v1(cg->dir[i], host->ctrl[i], limits, err);
+        int r = host->mode == SBX_CG_V2 ? set_limits_v2(cg->dir[i], limits, 1, err)
+                                        : set_limits_v1(cg->dir[i], host->ctrl[i], limits, 1, err);
         if (r < 0)
             goto fail;
         if ((cg->init_procs[i] = open_procs(cg->dir[i], "init", true, err)) < 0 ||
@@ -656,12 +658,9 @@ void sbx_cgroup_release(sbx_cgroup *cg)
 
 int sbx_cgroup_set_limits(const sbx_cgroup *cg, const sbx_cg_limits *limits, sbx_error *err)
 {
-    /* set_limits_* leave room for sbx-init in pids; it has left by now */
-    sbx_cg_limits l = *limits;
-    l.pids = l.pids ? l.pids - 1 : 0;
-    for (int i = 0; i < cg->n; i++) {
-        int r = cg->mode == SBX_CG_V2 ? set_limits_v2(cg->dir[i], &l, err)
-                                      : set_limits_v1(cg->dir[i], cg->ctrl[i] ? cg->ctrl[i] : "", &l, err);
+    for (int i = 0; i < cg->n; i++) { /* sbx-init has left work by now: no room for it */
+        int r = cg->mode == SBX_CG_V2 ? set_limits_v2(cg->dir[i], limits, 0, err)
+                                      : set_limits_v1(cg->dir[i], cg->ctrl[i] ? cg->ctrl[i] : "", limits, 0, err);
         if (r < 0)
             return -1;
     }

@@ -504,3 +504,23 @@ def test_stream_ends_with_error_when_the_sandbox_is_deleted(api, sandbox):
     if rest[-1]["type"] == "error":
         assert isinstance(rest[-1]["code"], str) and isinstance(rest[-1]["message"], str)
     assert took < 5, f"the stream took {took:.1f} s to notice the sandbox was deleted"
+
+
+def test_silent_stream_gets_keepalive_blank_lines(api, sandbox):
+    """A streamed command that prints nothing still sends a blank line every
+    ~5 s: the thread serving it notices a client that left (and sbxd can stop)
+    instead of waiting for output that a sleeping or paused command never
+    writes.  Clients skip blank lines (docs/api.md)."""
+    sid = sandbox["id"]
+    pid = api.background(sid, "sleep 60")
+    t0 = time.monotonic()
+    got = None
+    with api.stream("GET", f"/v1/sandboxes/{sid}/commands/{pid}/stream") as r:
+        assert r.status_code == 200
+        for line in r.iter_lines(chunk_size=1):
+            if line == b"":
+                got = time.monotonic() - t0
+                break
+            assert time.monotonic() - t0 < 15, line
+    assert got is not None and 3 < got < 8, got
+    assert api.delete(f"/v1/sandboxes/{sid}/commands/{pid}").status_code in (200, 204)
