@@ -1235,7 +1235,8 @@ def test_stdio_overlong_line_is_refused_and_not_held(stdio):
     m = s.recv(30)
     assert m.get("id") is None and m["error"]["code"] == -32600 and "longer" in m["error"]["message"], m
     rss = int([l for l in open(f"/proc/{s.p.pid}/status") if l.startswith("VmRSS")][0].split()[1])
-    assert rss < 80 * 1024, f"sbx mcp holds {rss} KiB after a 65 MiB line"
+    if os.environ.get("SBX_SANITIZED") != "1":  # ASan's quarantine and shadow hold freed memory
+        assert rss < 80 * 1024, f"sbx mcp holds {rss} KiB after a 65 MiB line"
     assert s.request(2, "ping")["result"] == {}
     assert s.close() == 0
 
