@@ -9,6 +9,7 @@ packages=(
   gcc meson ninja-build pkg-config libc6-dev
   musl-tools                # sbx-init, static and small (glibc static is the fallback)
   libseccomp-dev            # seccomp filter is compiled at build time
+  libarchive-dev            # image archives (OCI, docker save, rootfs tarballs) to templates
   # tests
   libcmocka-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libsodium-dev libcurl4-openssl-dev libwslay-dev libssl-dev python3-requests python3 python3-pytest
   qemu-system-x86 busybox-static file   # the pure cgroup v2 test runs in a qemu guest
