@@ -422,7 +422,8 @@ static int run(int argc, char **argv, struct run_res *res)
     if (sbx_template_open(&tpl, spec->sbx_home, spec->template_name, spec->uid_base, &err) < 0)
         return fail(&err);
     sbx_user user;
-    if (sbx_template_lookup_user(&tpl, o.user ? o.user : "user", &user, &err) < 0)
+    /* the template's defaults, unless the command line says otherwise */
+    if (sbx_template_lookup_user(&tpl, o.user ? o.user : tpl.user[0] ? tpl.user : "user", &user, &err) < 0)
         return fail(&err);
     spec->uid = user.uid;
     spec->gid = user.gid;
@@ -430,7 +431,7 @@ static int run(int argc, char **argv, struct run_res *res)
     spec->user_name = user.name;
     bool cwd_is_default = !spec->cwd;
     if (cwd_is_default)
-        spec->cwd = user.home;
+        spec->cwd = tpl.workdir[0] ? tpl.workdir : user.home;
     char **env = res->env = build_env(&o, &err);
     if (!env)
         return fail(&err);

@@ -201,9 +201,9 @@ int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err)
     for (int depth = 0; snap[0]; depth++) {
         sbx_snap_row sr;
         size_t l = strlen(req.layer);
-        if (depth == SBX_MAX_LAYERS || sbx_store_snap_get(reg->store, snap, NULL, &sr) != 1) {
+        if (depth == SBX_MAX_SNAPSHOT_DEPTH || sbx_store_snap_get(reg->store, snap, NULL, &sr) != 1) {
             sbx_error_set(err, ENOENT, "snapshot %s: %s", snap,
-                          depth == SBX_MAX_LAYERS ? "more than 8 layers deep" : "not found");
+                          depth == SBX_MAX_SNAPSHOT_DEPTH ? "more than 8 layers deep" : "not found");
             goto fail;
         }
         snprintf(req.layer + l, sizeof req.layer - l, "%s%s/snapshots/%s", l ? ":" : "", reg->home, snap);

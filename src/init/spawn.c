@@ -70,7 +70,8 @@ static int child(void *arg)
     if (!c->in_cgroupns && unshare(CLONE_NEWCGROUP) < 0)
         return fail(c, SBX_SPAWN_SETUP, errno);
     umask(022);
-    int r = sbx_caps_drop_to(req->uid, req->gid);
+    int r = req->flags & SBX_EXEC_ROOT_CAPS ? sbx_caps_drop_to_builder(req->uid, req->gid)
+                                            : sbx_caps_drop_to(req->uid, req->gid);
     if (r < 0)
         return fail(c, SBX_SPAWN_SETUP, -r);
     if (chdir(req->cwd) < 0) {

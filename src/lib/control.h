@@ -89,6 +89,8 @@ int sbx_entry_decode(struct sbx_reader *r, sbx_entry *e);
 #define SBX_EXEC_STDIN_PIPE 8u   /* (daemon) stdin is a pipe fed by STDIN frames, else /dev/null */
 #define SBX_EXEC_PTY 16u         /* (daemon) on a new terminal: stdio is its slave, the command leads a
                                   * session with it as controlling tty; STDIN frames are typed keys */
+#define SBX_EXEC_ROOT_CAPS 32u   /* (daemon, template builds) uid 0 keeps a container's default
+                                  * capabilities inside the sandbox's user namespace (caps.h) */
 
 /* A growable output buffer. */
 typedef struct sbx_buf {

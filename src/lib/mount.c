@@ -293,7 +293,7 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_rootfs_become_fn become, v
     _cleanup_close_ int lower = open(plan->lowerdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (lower < 0)
         return sbx_error_set(err, errno, "open template %s", plan->lowerdir);
-    /* snapshot layers (top first), held like the template */
+    /* the layers over the template's root (top first), held like it */
     int layers[SBX_MAX_LAYERS];
     size_t n_layers = 0;
     for (const char *p = plan->layer; p && *p;) {
@@ -303,7 +303,7 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_rootfs_become_fn become, v
         if (len >= sizeof path || n_layers == SBX_MAX_LAYERS) {
             for (size_t i = 0; i < n_layers; i++)
                 close(layers[i]);
-            return sbx_error_set(err, E2BIG, "too many snapshot layers");
+            return sbx_error_set(err, E2BIG, "too many layers (at most %d)", SBX_MAX_LAYERS);
         }
         memcpy(path, p, len);
         path[len] = '\0';
@@ -311,7 +311,7 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_rootfs_become_fn become, v
             int e = errno;
             for (size_t i = 0; i < n_layers; i++)
                 close(layers[i]);
-            return sbx_error_set(err, e, "open snapshot layer %s", path);
+            return sbx_error_set(err, e, "open layer %s", path);
         }
         n_layers++;
         p = end ? end + 1 : p + len;
@@ -359,8 +359,8 @@ int sbx_rootfs_setup(const sbx_rootfs_plan *plan, sbx_rootfs_become_fn become, v
         sbx_error_set(err, errno, "open the writable layer");
         goto out;
     }
-    char ovl[512], lowers[320] = "";
-    /* snapshot layers lie over the template: each holds what a
+    char ovl[1280], lowers[1024] = "";
+    /* layers lie over the root: each holds what a build step or a
      * snapshotted sandbox had changed, whiteouts included */
     for (size_t i = 0; i < n_layers; i++) {
         size_t l = strlen(lowers);

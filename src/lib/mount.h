@@ -28,7 +28,8 @@
 
 typedef struct sbx_rootfs_plan {
     const char *lowerdir;       /* template rootfs (host path) */
-    const char *layer;          /* snapshot layers above it: host paths joined by ':', top first; or NULL */
+    const char *layer;          /* layers above it (snapshots', then the template's): host paths joined by
+                                 * ':', top first; or NULL */
     int *upper_fd;              /* if not NULL: gets an O_PATH fd of the upper directory */
     const sbx_bind *tpl_binds;  /* template's host binds */
     size_t n_tpl_binds;
@@ -40,8 +41,10 @@ typedef struct sbx_rootfs_plan {
     const char *hostname;
 } sbx_rootfs_plan;
 
-/* Snapshot layers a sandbox may stack over its template. */
-#define SBX_MAX_LAYERS 8
+/* Snapshot layers a sandbox may stack over its template, and the most
+ * lower directories of one overlay (those and the template's). */
+#define SBX_MAX_SNAPSHOT_DEPTH 8
+#define SBX_MAX_LAYERS (SBX_MAX_SNAPSHOT_DEPTH + 32)
 
 /* Where sbx-init appears inside every sandbox. */
 #define SBX_INIT_IN_SANDBOX "/.sbx/init"

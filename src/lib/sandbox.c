@@ -119,9 +119,13 @@ static _Noreturn void child_main(const struct child_args *a)
         close(a->reaper_fd);
 
     int upper = -1;
+    /* the snapshot's layers lie over the template's own */
+    char layers[8192];
+    snprintf(layers, sizeof layers, "%s%s%s", spec->layer ? spec->layer : "",
+             spec->layer && *spec->layer && a->tpl->layers[0] ? ":" : "", a->tpl->layers);
     sbx_rootfs_plan plan = {
         .lowerdir = a->tpl->rootfs,
-        .layer = spec->layer,
+        .layer = layers,
         .upper_fd = spec->listen_fd >= 0 ? &upper : NULL,
         .tpl_binds = a->tpl->binds,
         .n_tpl_binds = a->tpl->n_binds,

@@ -5,10 +5,13 @@
 #include "fsutil.h"
 
 #include <ctype.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,23 +187,82 @@ static int ensure_base(const char *home, uid_t uid_base, sbx_error *err)
     return sbx_error_set(err, e, "install the base template at %s", dir);
 }
 
+static int open_base(sbx_template *tpl, const char *home, uid_t uid_base, sbx_error *err)
+{
+    if (ensure_base(home, uid_base, err) < 0)
+        return -1;
+    tpl->n_binds = 0;
+    for (size_t i = 0; i < sizeof base_host_paths / sizeof *base_host_paths; i++) {
+        if (access(base_host_paths[i], F_OK) < 0)
+            continue;
+        tpl->binds[tpl->n_binds++] = (sbx_bind){ base_host_paths[i], base_host_paths[i], true };
+    }
+    snprintf(tpl->rootfs, sizeof tpl->rootfs, "%s/templates/base/rootfs", home);
+    return 0;
+}
+
+/* Read templates/<name>/stack (see template.h).  0, or -1 with err. */
+static int read_stack(sbx_template *tpl, const char *path, const char *home, uid_t uid_base, sbx_error *err)
+{
+    _cleanup_free_ char *text = sbx_read_file_alloc(path, NULL);
+    if (!text)
+        return sbx_error_set(err, errno, "read %s", path);
+    size_t n_layers = 0;
+    bool have_root = false;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *val = strchr(line, ' ');
+        if (!val)
+            return sbx_error_set(err, EINVAL, "%s: bad line '%s'", path, line);
+        *val++ = '\0';
+        if (strcmp(line, "root") == 0) {
+            if (strcmp(val, "base") == 0) {
+                if (open_base(tpl, home, uid_base, err) < 0)
+                    return -1;
+            } else {
+                snprintf(tpl->rootfs, sizeof tpl->rootfs, "%s", val);
+            }
+            have_root = true;
+        } else if (strcmp(line, "layer") == 0) {
+            size_t l = strlen(tpl->layers);
+            if (++n_layers > SBX_TEMPLATE_MAX_LAYERS || strchr(val, ':') ||
+                snprintf(tpl->layers + l, sizeof tpl->layers - l, "%s%s", l ? ":" : "", val) >=
+                    (int) (sizeof tpl->layers - l))
+                return sbx_error_set(err, E2BIG, "%s: too many layers, or a bad one", path);
+        } else if (strcmp(line, "user") == 0) {
+            snprintf(tpl->user, sizeof tpl->user, "%s", val);
+        } else if (strcmp(line, "workdir") == 0) {
+            snprintf(tpl->workdir, sizeof tpl->workdir, "%s", val);
+        } else if (strcmp(line, "id") == 0) {
+            snprintf(tpl->id, sizeof tpl->id, "%s", val);
+        } /* other keys: from a newer sbx, not needed to mount */
+    }
+    if (!have_root)
+        return sbx_error_set(err, EINVAL, "%s: no root", path);
+    return 0;
+}
+
 int sbx_template_open(sbx_template *tpl, const char *home, const char *name, uid_t uid_base, sbx_error *err)
 {
     memset(tpl, 0, sizeof *tpl);
-    if (!sbx_template_name_valid(name))
+    bool build = strncmp(name, SBX_BUILD_TEMPLATE_PREFIX, strlen(SBX_BUILD_TEMPLATE_PREFIX)) == 0 &&
+                 sbx_template_name_valid(name + 1);
+    if (!build && !sbx_template_name_valid(name))
         return sbx_error_set(err, 0, "invalid template name '%s': use 1-64 letters, digits, '.', '_' or '-'", name);
     snprintf(tpl->name, sizeof tpl->name, "%s", name);
-    if (strcmp(name, "base") == 0) {
-        if (ensure_base(home, uid_base, err) < 0)
-            return -1;
-        for (size_t i = 0; i < sizeof base_host_paths / sizeof *base_host_paths; i++) {
-            if (access(base_host_paths[i], F_OK) < 0)
-                continue;
-            tpl->binds[tpl->n_binds++] = (sbx_bind){ base_host_paths[i], base_host_paths[i], true };
-        }
-    }
-    if (snprintf(tpl->rootfs, sizeof tpl->rootfs, "%s/templates/%s/rootfs", home, name) >= (int) sizeof tpl->rootfs)
+    if (strcmp(name, "base") == 0)
+        return open_base(tpl, home, uid_base, err);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/templates/%s/stack", home, name);
+    if (access(path, F_OK) == 0) {
+        if (read_stack(tpl, path, home, uid_base, err) < 0)
+            return sbx_error_wrap(err, "template '%s'", name);
+    } else if (snprintf(tpl->rootfs, sizeof tpl->rootfs, "%s/templates/%s/rootfs", home, name) >=
+               (int) sizeof tpl->rootfs) {
         return sbx_error_set(err, ENAMETOOLONG, "template path");
+    }
     struct stat st;
     if (stat(tpl->rootfs, &st) < 0 || !S_ISDIR(st.st_mode)) {
         sbx_error_set(err, 0, "template '%s' not found (no directory %s)", name, tpl->rootfs);
@@ -209,6 +271,22 @@ int sbx_template_open(sbx_template *tpl, const char *home, const char *name, uid
         return -1;
     }
     return 0;
+}
+
+int sbx_template_find(const sbx_template *tpl, const char *rel, char *out, size_t len)
+{
+    while (*rel == '/')
+        rel++;
+    for (const char *p = tpl->layers; *p;) {
+        const char *end = strchr(p, ':');
+        size_t n = end ? (size_t) (end - p) : strlen(p);
+        if ((size_t) snprintf(out, len, "%.*s/%s", (int) n, p, rel) < len && faccessat(AT_FDCWD, out, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+            return 0;
+        p = end ? end + 1 : p + n;
+    }
+    if ((size_t) snprintf(out, len, "%s/%s", tpl->rootfs, rel) < len && faccessat(AT_FDCWD, out, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+        return 0;
+    return -1;
 }
 
 int sbx_passwd_find(const char *passwd, const char *who, sbx_user *out)
@@ -249,11 +327,48 @@ int sbx_passwd_find(const char *passwd, const char *who, sbx_user *out)
     return 0;
 }
 
+/* A file of the template as the sandbox would see it, from the top layer
+ * that has it (NULL if none, or over 1 MiB).  Every path is resolved with
+ * the layer as its root: an imported image's /etc/passwd may be a symlink
+ * (to /etc/shadow, say), and it must mean the image's file, never the
+ * host's.  (A symlink into another layer is not followed: a simplification
+ * that can only miss a file.) */
+static char *read_in_layers(const sbx_template *tpl, const char *rel)
+{
+    char dirs[SBX_TEMPLATE_MAX_LAYERS + 1][4096];
+    size_t n = 0;
+    for (const char *p = tpl->layers; *p && n < SBX_TEMPLATE_MAX_LAYERS;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t) (end - p) : strlen(p);
+        snprintf(dirs[n++], sizeof dirs[0], "%.*s", (int) len, p);
+        p = end ? end + 1 : p + len;
+    }
+    snprintf(dirs[n++], sizeof dirs[0], "%s", tpl->rootfs);
+    for (size_t i = 0; i < n; i++) {
+        _cleanup_close_ int root = open(dirs[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+            continue;
+        struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+                                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV };
+        _cleanup_close_ int fd = (int) syscall(SYS_openat2, root, rel, &how, sizeof how);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20))
+            continue;
+        char *buf = malloc((size_t) st.st_size + 1);
+        ssize_t got = buf ? read(fd, buf, (size_t) st.st_size) : -1;
+        if (got < 0) {
+            free(buf);
+            continue;
+        }
+        buf[got] = '\0';
+        return buf;
+    }
+    return NULL;
+}
+
 int sbx_template_lookup_user(const sbx_template *tpl, const char *who, sbx_user *out, sbx_error *err)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/etc/passwd", tpl->rootfs);
-    _cleanup_free_ char *passwd = sbx_read_file_alloc(path, NULL);
+    _cleanup_free_ char *passwd = read_in_layers(tpl, "etc/passwd");
     if (passwd && sbx_passwd_find(passwd, who, out))
         return 0;
     bool numeric = *who && strspn(who, "0123456789") == strlen(who);
