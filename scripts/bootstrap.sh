@@ -10,6 +10,7 @@ packages=(
   musl-tools                # sbx-init, static and small (glibc static is the fallback)
   libseccomp-dev            # seccomp filter is compiled at build time
   libarchive-dev            # image archives (OCI, docker save, rootfs tarballs) to templates
+  mmdebstrap zstd           # the python template's Debian root file system (templates/python/build.sh)
   # tests
   libcmocka-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libsodium-dev libcurl4-openssl-dev libwslay-dev libssl-dev python3-requests python3 python3-pytest
   qemu-system-x86 busybox-static file   # the pure cgroup v2 test runs in a qemu guest

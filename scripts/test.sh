@@ -58,6 +58,11 @@ scripts/bootstrap.sh || { echo "bootstrap failed"; exit 1; }
 step "MCP test clients (npm: the official SDK and conformance suite, into a cache)"
 tests/mcp/install.sh >/dev/null || { echo "installing the MCP test clients failed"; failed_steps+=("mcp clients"); }
 
+step "python template root file system (mmdebstrap from the Debian mirror, into a cache)"
+# the download happens here, not in a test: tests talk to this machine only
+SBX_TEMPLATE_CACHE=/var/cache/sbx-tests templates/python/rootfs.sh >/dev/null ||
+  { echo "making the python template's root file system failed"; failed_steps+=("python rootfs"); }
+
 step "build (gcc -Werror)"
 scripts/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
 run_suite "release" build

@@ -28,6 +28,24 @@ void sbx_api_cmd_stdin_close(sbx_req *r);
 void sbx_api_cmd_signal(sbx_req *r);
 void sbx_api_cmd_kill(sbx_req *r);
 
+/* A command sbxd runs itself in sandbox b (a template's build steps, its
+ * start command and readiness check), with the same defaults as the API's. */
+typedef struct sbx_exec_opts {
+    char *const *argv;
+    const char *user;    /* NULL: the template's default */
+    const char *cwd;     /* NULL: the template's workdir, else the user's home */
+    json_t *envs;        /* extra envs over the sandbox's, or NULL */
+    unsigned timeout_s;  /* 0: none */
+    bool background;     /* return once started (recorded, like the API's) */
+    bool root_caps;      /* a template build step: root keeps a container's capabilities */
+    const int *cancel;   /* if set and it becomes non-zero: stop waiting */
+    void (*on_output)(void *arg, int stream, const uint8_t *data, size_t len);
+    void *arg;
+} sbx_exec_opts;
+/* 0 once it ran (*exit_code: its code, 128+signal if killed; err says how
+ * it ended), or started in the background; -1 if it could not run (err). */
+int sbx_box_exec(sbx_daemon *d, sbx_box *b, const sbx_exec_opts *o, int *exit_code, pid_t *pid, sbx_error *err);
+
 /* api_files.c */
 void sbx_api_file_put_begin(sbx_req *r);
 void sbx_api_file_put_data(sbx_req *r, const char *data, size_t len);
@@ -48,6 +66,14 @@ void sbx_api_snapshot_list(sbx_req *r);
 void sbx_api_snapshot_get(sbx_req *r);
 void sbx_api_snapshot_delete(sbx_req *r);
 void sbx_api_sandbox_fork(sbx_req *r);
+
+/* api_templates.c */
+void sbx_api_template_build_begin(sbx_req *r);
+void sbx_api_template_build_data(sbx_req *r, const char *data, size_t len);
+void sbx_api_template_build(sbx_req *r);
+void sbx_api_template_list(sbx_req *r);
+void sbx_api_template_get(sbx_req *r);
+void sbx_api_template_delete(sbx_req *r);
 
 /* api_mcp.c: MCP's Streamable HTTP transport */
 void sbx_api_mcp_post(sbx_req *r);

@@ -72,7 +72,7 @@ static size_t utf8_cut(const uint8_t *data, size_t len)
 static void resolve_user(sbx_box *b, json_t *who, sbx_user *u, sbx_error *err, int *bad)
 {
     char buf[32];
-    const char *name = "user";
+    const char *name = b->tpl.user[0] ? b->tpl.user : "user"; /* the template's default */
     *bad = 0;
     if (json_is_string(who))
         name = json_string_value(who);
@@ -561,7 +561,7 @@ void sbx_api_cmd_run(sbx_req *r)
                      (stdin_data || background ? SBX_EXEC_STDIN_PIPE : 0);
     char cwd_abs[4096];
     if (!cwd)
-        snprintf(cwd_abs, sizeof cwd_abs, "%s", u.home);
+        snprintf(cwd_abs, sizeof cwd_abs, "%s", b->tpl.workdir[0] ? b->tpl.workdir : u.home);
     else if (cwd[0] == '/')
         snprintf(cwd_abs, sizeof cwd_abs, "%s", cwd);
     else
@@ -863,4 +863,134 @@ void sbx_api_cmd_signal(sbx_req *r)
 void sbx_api_cmd_kill(sbx_req *r)
 {
     cmd_op(r, SBX_OP_KILL, 0, NULL, 0);
+}
+
+/* --- commands sbxd itself runs: template builds, start and ready checks --- */
+
+int sbx_box_exec(sbx_daemon *d, sbx_box *b, const sbx_exec_opts *o, int *exit_code, pid_t *pid_out, sbx_error *err)
+{
+    sbx_user u;
+    int bad;
+    json_t *who = o->user ? json_string(o->user) : NULL;
+    resolve_user(b, who, &u, err, &bad);
+    json_decref(who);
+    if (bad)
+        return -1;
+    char **env = build_env(b, &u, o->envs);
+    const char *cwd = o->cwd ? o->cwd : b->tpl.workdir[0] ? b->tpl.workdir : u.home;
+    uint32_t flags = (o->cwd ? 0 : SBX_EXEC_CWD_OPTIONAL) | (o->background ? SBX_EXEC_BACKGROUND | SBX_EXEC_STDIN_PIPE : 0) |
+                     (o->root_caps ? SBX_EXEC_ROOT_CAPS : 0);
+    sbx_buf req = { 0 };
+    sbx_exec_req_encode(&req, u.uid, u.gid, flags, o->timeout_s, cwd, o->argv, env);
+    free_strv(env);
+    if (req.failed) {
+        sbx_buf_free(&req);
+        return sbx_error_set(err, E2BIG, "command line and environment exceed %u bytes", SBX_CTL_MAX_FRAME);
+    }
+    exec_ctx c = { .d = d, .b = b, .fd = -1 };
+    c.oom_before = sbx_cgroup_oom_kills(&b->cg);
+    c.fd = sbx_agent_connect(b->sock, err);
+    uint32_t type;
+    uint8_t *p = NULL;
+    size_t len;
+    int rr = c.fd < 0 ? -ECONNREFUSED : sbx_agent_send(c.fd, SBX_MSG_EXEC, req.data, req.len);
+    sbx_buf_free(&req);
+    if (rr == 0)
+        rr = sbx_agent_recv(c.fd, SBX_AGENT_TIMEOUT_MS, &type, &p, &len);
+    int ret = -1;
+    if (rr <= 0) {
+        sbx_error_set(err, rr < 0 ? -rr : EPIPE, "the sandbox did not accept the command");
+        goto out;
+    }
+    if (type == SBX_MSG_EXEC_FAILED) {
+        sbx_reader rd = { p, p + len, false };
+        uint32_t e = sbx_read_u32(&rd);
+        sbx_read_u32(&rd); /* the stage: the message names it */
+        const char *msg = sbx_read_str(&rd);
+        sbx_error_set(err, 0, "cannot run %s: %s", o->argv[0], rd.bad ? "malformed answer" : msg);
+        err->errno_ = (int) e;
+        goto out;
+    }
+    if (type != SBX_MSG_STARTED || len != 4) {
+        sbx_error_set(err, EPROTO, "unexpected answer from the sandbox");
+        goto out;
+    }
+    uint32_t pid32;
+    memcpy(&pid32, p, 4);
+    c.pid = (pid_t) pid32;
+    if (pid_out)
+        *pid_out = c.pid;
+    __atomic_add_fetch(&d->commands, 1, __ATOMIC_RELAXED);
+    if (o->background) {
+        /* recorded like an API background command: `sbx ps` lists it, its
+         * output can be re-attached to */
+        json_t *jv = json_array();
+        for (size_t i = 0; o->argv[i]; i++)
+            json_array_append_new(jv, json_string(o->argv[i]) ? json_string(o->argv[i]) : json_string("?"));
+        char *argv_json = json_dumps(jv, JSON_COMPACT);
+        json_decref(jv);
+        sbx_store_cmd_start(d->store, b->id, c.pid, argv_json ? argv_json : "[]", true, sbx_now_wall_ms());
+        free(argv_json);
+        sbx_agent_send(c.fd, SBX_MSG_STDIN_CLOSE, NULL, 0);
+        ret = 0;
+        goto out;
+    }
+    int64_t deadline = o->timeout_s ? mono_ms() + (int64_t) o->timeout_s * 1000 + GRACE_MS : 0;
+    for (;;) {
+        free(p);
+        p = NULL;
+        int wait = -1;
+        if (deadline) {
+            int64_t left = deadline - mono_ms();
+            wait = left > 0 ? (int) left : 0;
+        }
+        if (o->cancel) { /* look at the flag every second */
+            wait = wait < 0 || wait > 1000 ? 1000 : wait;
+            if (__atomic_load_n(o->cancel, __ATOMIC_RELAXED)) {
+                sbx_error_set(err, ECANCELED, "cancelled");
+                goto out;
+            }
+        }
+        rr = sbx_agent_recv(c.fd, wait, &type, &p, &len);
+        if (rr == -ETIMEDOUT && (!deadline || mono_ms() < deadline))
+            continue;
+        if (rr <= 0) {
+            sbx_error_set(err, rr == -ETIMEDOUT ? ETIMEDOUT : EPIPE, "%s",
+                          rr == -ETIMEDOUT ? "the sandbox stopped answering" : "the sandbox ended during the command");
+            goto out;
+        }
+        if (type == SBX_MSG_OUTPUT) {
+            sbx_reader rd = { p, p + len, false };
+            uint32_t stream = sbx_read_u32(&rd);
+            size_t n;
+            const uint8_t *data = sbx_read_bytes(&rd, &n);
+            if (!rd.bad && (stream == 1 || stream == 2) && o->on_output)
+                o->on_output(o->arg, (int) stream, data, n);
+        } else if (type == SBX_MSG_EXIT) {
+            exit_info x;
+            if (decode_exit(&c, p, len, &x) < 0) {
+                sbx_error_set(err, EPROTO, "bad exit frame from the sandbox");
+                goto out;
+            }
+            *exit_code = x.sig ? 128 + x.sig : x.code;
+            if (x.timed_out)
+                sbx_error_set(err, ETIMEDOUT, "timed out after %u s", o->timeout_s);
+            else if (x.oom)
+                sbx_error_set(err, ENOMEM, "killed: out of memory");
+            else if (x.sig)
+                sbx_error_set(err, 0, "killed by signal %d", x.sig);
+            else
+                sbx_error_set(err, 0, "exit code %d", x.code);
+            ret = 0;
+            goto out;
+        } else {
+            sbx_error_set(err, EPROTO, "unexpected frame from the sandbox");
+            goto out;
+        }
+    }
+out:
+    free(p);
+    if (c.fd >= 0)
+        close(c.fd);
+    return ret;
 }

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "agent.h"
 #include "api.h"
+#include "templates.h"
 #include "auth.h"
 #include "log.h"
 #include "pool.h"
@@ -82,7 +83,7 @@ void sbx_api_sandbox_create(sbx_req *r)
     int64_t timeout = DEFAULT_TIMEOUT_S, memory = SBX_DEFAULT_MEMORY >> 20, disk = SBX_DEFAULT_DISK >> 20,
             pids = SBX_DEFAULT_PIDS;
     double cpus = SBX_DEFAULT_MILLICPUS / 1000.0;
-    json_t *metadata = NULL, *envs = NULL;
+    json_t *metadata = NULL, *envs = NULL, *manifest = NULL;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (sbx_json_only(r, j, fields) < 0 || sbx_json_string(r, j, "template", &tpl) < 0 ||
         sbx_json_int(r, j, "timeout_s", 1, MAX_TIMEOUT_S, &timeout) < 0 ||
@@ -123,19 +124,32 @@ void sbx_api_sandbox_create(sbx_req *r)
             }
         }
     }
-    if (!sbx_template_name_valid(tpl)) {
-        sbx_reply_error(r, 400, "invalid_request", "bad template name '%s'", tpl);
+    /* by name or id; its manifest gives the defaults the request leaves out */
+    char tpl_name[65];
+    if (sbx_tpl_resolve(r->d->reg.home, tpl, tpl_name) < 0) {
+        sbx_reply_error(r, 400, "invalid_request", "unknown template '%s'", tpl);
         goto out;
     }
+    tpl = tpl_name;
+    manifest = sbx_tpl_load(r->d->reg.home, tpl);
     sbx_template t;
     sbx_error err = { 0 };
-    if (sbx_template_open(&t, r->d->reg.home, tpl, r->d->reg.uid_base, &err) < 0) {
-        if (err.errno_ == ENOENT)
+    if (!manifest || sbx_template_open(&t, r->d->reg.home, tpl, r->d->reg.uid_base, &err) < 0) {
+        if (!manifest || err.errno_ == ENOENT)
             sbx_reply_error(r, 400, "invalid_request", "unknown template '%s'", tpl);
         else
             sbx_reply_sbx_error(r, &err);
         goto out;
     }
+    json_t *v;
+    if (!json_object_get(j, "timeout_s") && json_is_integer(v = json_object_get(manifest, "timeout_s")))
+        timeout = json_integer_value(v);
+    if (!json_object_get(j, "memory_mb") && json_is_integer(v = json_object_get(manifest, "memory_mb")))
+        memory = json_integer_value(v) < (int64_t) host_memory_mb() ? json_integer_value(v) : (int64_t) host_memory_mb();
+    if (!json_object_get(j, "disk_mb") && json_is_integer(v = json_object_get(manifest, "disk_mb")))
+        disk = json_integer_value(v);
+    if (!json_object_get(j, "cpus") && json_is_number(v = json_object_get(manifest, "cpus")))
+        cpus = json_number_value(v) < (double) (ncpu > 0 ? ncpu : 1) ? json_number_value(v) : (double) (ncpu > 0 ? ncpu : 1);
     if (sbx_reg_count(&r->d->reg, r->key.id) >= r->d->max_sandboxes) {
         sbx_reply_error(r, 429, "quota_exceeded", "this key has %u running sandboxes, the most allowed (sbxd "
                                                   "--max-sandboxes)",
@@ -152,7 +166,11 @@ void sbx_api_sandbox_create(sbx_req *r)
     row.timeout_s = timeout;
     row.expires_at = row.created_at + timeout * 1000;
     row.metadata = metadata ? json_incref(metadata) : json_object();
-    row.envs = envs ? json_incref(envs) : json_object();
+    /* the template's envs, under the request's */
+    row.envs = json_deep_copy(json_is_object(json_object_get(manifest, "envs")) ? json_object_get(manifest, "envs")
+                                                                                 : json_object());
+    if (envs)
+        json_object_update(row.envs, envs);
     row.millicpus = (uint32_t) (cpus * 1000 + 0.5);
     row.memory_mb = (uint64_t) memory;
     row.disk_mb = (uint64_t) disk;
@@ -185,6 +203,18 @@ void sbx_api_sandbox_create(sbx_req *r)
         sbx_box_row_free(&row);
         goto out;
     }
+    /* its start command, and its readiness check (a pooled one has run
+     * them already, as it was made) */
+    sbx_box *nb = sbx_reg_get(&r->d->reg, row.id, NULL);
+    if (nb && sbx_tpl_start(r->d, nb, manifest, &err) < 0) {
+        sbx_reg_end(&r->d->reg, nb, "failed", err.msg);
+        sbx_reg_put(&r->d->reg, nb);
+        sbx_reply_error(r, 503, "unavailable", "sandbox %s did not start: %s", row.id, err.msg);
+        sbx_box_row_free(&row);
+        goto out;
+    }
+    if (nb)
+        sbx_reg_put(&r->d->reg, nb);
 created:
     __atomic_add_fetch(&r->d->created, 1, __ATOMIC_RELAXED);
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -194,6 +224,7 @@ created:
     sbx_reply_json(r, 201, sbx_box_json(&row));
     sbx_box_row_free(&row);
 out:
+    json_decref(manifest);
     json_decref(j);
 }
 

@@ -9,31 +9,25 @@
  * made from a snapshot mounts the snapshot's layer (and those of the
  * snapshots below it, if its source was itself made from one) between the
  * template and a fresh writable layer.  Memory is not part of a snapshot:
- * processes do not come back, files do.
- *
- * The copy is `cp -a` (GNU coreutils): it keeps owners, modes, times,
- * device nodes (overlay whiteouts are 0/0 character devices), hard links
- * and extended attributes (overlay's user.overlay.opaque). */
+ * processes do not come back, files do (a template's start command runs
+ * again in a sandbox made from one).  The copy itself is layers.c's. */
 #define _GNU_SOURCE
 #include "api.h"
 #include "auth.h"
+#include "layers.h"
 #include "log.h"
+#include "templates.h"
 #include "../lib/spec.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_FORK 16
-
-extern char **environ;
 
 static json_t *snap_json(const sbx_snap_row *s)
 {
@@ -42,65 +36,6 @@ static json_t *snap_json(const sbx_snap_row *s)
     return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s?}", "id", s->id, "sandbox_id", s->sandbox_id, "template",
                      s->template_name, "created_at", at, "size_bytes", (json_int_t) s->size_bytes, "parent_id",
                      s->parent_id[0] ? s->parent_id : NULL);
-}
-
-/* Run argv, its stderr (the first line) into err; 0 if it exited 0. */
-static int run_tool(char *const argv[], sbx_error *err)
-{
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) < 0)
-        return sbx_error_set(err, errno, "pipe");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    pid_t pid;
-    int e = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(pipefd[1]);
-    if (e) {
-        close(pipefd[0]);
-        return sbx_error_set(err, e, "run %s", argv[0]);
-    }
-    char msg[400];
-    ssize_t n = read(pipefd[0], msg, sizeof msg - 1);
-    close(pipefd[0]);
-    msg[n > 0 ? n : 0] = '\0';
-    msg[strcspn(msg, "\n")] = '\0';
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        return sbx_error_set(err, EIO, "%s failed: %s", argv[0], msg[0] ? msg : "(no message)");
-    return 0;
-}
-
-/* nftw has no context argument: the sum is a global, one tree at a time */
-static pthread_mutex_t size_lock = PTHREAD_MUTEX_INITIALIZER;
-static int64_t tree_bytes;
-static int add_size(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void) path, (void) flag, (void) ftw;
-    if (S_ISREG(st->st_mode))
-        tree_bytes += st->st_size;
-    return 0;
-}
-
-static int64_t bytes_of_tree(const char *dir)
-{
-    pthread_mutex_lock(&size_lock);
-    tree_bytes = 0;
-    nftw(dir, add_size, 32, FTW_PHYS | FTW_MOUNT);
-    int64_t n = tree_bytes;
-    pthread_mutex_unlock(&size_lock);
-    return n;
-}
-
-static void remove_tree(const char *dir)
-{
-    sbx_error ignored = { 0 };
-    char *const argv[] = { "rm", "-rf", "--one-file-system", "--", (char *) dir, NULL };
-    run_tool(argv, &ignored);
 }
 
 /* Snapshot live sandbox b (of key_id) into out.  -1 with err on failure. */
@@ -116,45 +51,23 @@ static int take_snapshot(sbx_daemon *d, sbx_box *b, const char *key_id, sbx_snap
         snprintf(out->parent_id, sizeof out->parent_id, "%s", row.snapshot_id);
         sbx_box_row_free(&row);
     }
-    char dir[512], tmp[600], final[600], src[64];
+    char dir[512], tmp[600], final[600];
     snprintf(dir, sizeof dir, "%s/snapshots", d->reg.home);
     if (mkdir(dir, 0700) < 0 && errno != EEXIST)
         return sbx_error_set(err, errno, "mkdir %s", dir);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, out->id);
     snprintf(final, sizeof final, "%s/%s", dir, out->id);
-    snprintf(src, sizeof src, "/proc/%d/fd/%d", (int) b->init_pid, SBX_UPPER_FD);
-
-    /* A consistent copy: nothing in the sandbox writes while it is taken.
-     * A paused sandbox already is frozen. */
-    pthread_mutex_lock(&b->pause_lock);
-    pthread_mutex_lock(&d->reg.lock);
-    bool was_paused = b->paused;
-    pthread_mutex_unlock(&d->reg.lock);
-    int ret = 0;
-    if (!was_paused && sbx_cgroup_freeze(&b->cg, true, err) < 0)
-        ret = -1;
-    if (ret == 0) {
-        /* -H: src is /proc/PID/fd/5, a link to follow; nothing under it is */
-        char *const argv[] = { "cp", "-a", "-H", "--no-target-directory", src, tmp, NULL };
-        ret = run_tool(argv, err);
-        if (ret < 0)
-            sbx_error_wrap(err, "copy the writable layer of %s", b->id);
-    }
-    if (!was_paused) {
-        sbx_error e2 = { 0 };
-        sbx_cgroup_freeze(&b->cg, false, &e2);
-    }
-    pthread_mutex_unlock(&b->pause_lock);
+    int ret = sbx_layer_capture(&d->reg, b, tmp, err);
     if (ret == 0 && rename(tmp, final) < 0)
         ret = sbx_error_set(err, errno, "rename %s", tmp);
     if (ret < 0) {
-        remove_tree(tmp);
+        sbx_layer_remove(tmp);
         return -1;
     }
-    out->size_bytes = bytes_of_tree(final);
+    out->size_bytes = sbx_layer_bytes(final);
     out->created_at = sbx_now_wall_ms();
     if (sbx_store_snap_insert(d->store, out) != 1) {
-        remove_tree(final);
+        sbx_layer_remove(final);
         return sbx_error_set(err, EIO, "record snapshot %s", out->id);
     }
     sbx_store_event(d->store, b->id, key_id, "snapshot", out->id);
@@ -223,7 +136,7 @@ void sbx_api_snapshot_delete(sbx_req *r)
     char dir[600];
     snprintf(dir, sizeof dir, "%s/snapshots/%s", r->d->reg.home, s.id);
     sbx_store_snap_delete(r->d->store, s.id);
-    remove_tree(dir);
+    sbx_layer_remove(dir);
     sbx_log("info", "event=snapshot_deleted snapshot=%s", s.id);
     sbx_reply_empty(r, 204);
 }
@@ -265,6 +178,7 @@ void sbx_api_sandbox_fork(sbx_req *r)
     /* N copies: the source's limits, envs, metadata and timeout, each from
      * the snapshot just taken */
     json_t *made = json_array();
+    json_t *manifest = sbx_tpl_load(r->d->reg.home, src.template_name);
     for (int64_t i = 0; i < count; i++) {
         sbx_box_row row = { 0 };
         sbx_random_hex(row.id, SBX_ID_LEN / 2);
@@ -287,6 +201,17 @@ void sbx_api_sandbox_fork(sbx_req *r)
             sbx_log("error", "event=fork_failed sandbox=%s error=\"%s\"", src.id, err.msg);
             break;
         }
+        /* memory is not copied: the template's start command runs again */
+        sbx_box *nb = sbx_reg_get(&r->d->reg, row.id, NULL);
+        int started = nb ? sbx_tpl_start(r->d, nb, manifest, &err) : 0;
+        if (started < 0)
+            sbx_reg_end(&r->d->reg, nb, "failed", err.msg);
+        if (nb)
+            sbx_reg_put(&r->d->reg, nb);
+        if (started < 0) {
+            sbx_box_row_free(&row);
+            break;
+        }
         sbx_box_row got;
         if (sbx_store_box_get(r->d->store, row.id, &got) == 1) {
             json_array_append_new(made, sbx_box_json(&got));
@@ -296,6 +221,7 @@ void sbx_api_sandbox_fork(sbx_req *r)
         __atomic_add_fetch(&r->d->created, 1, __ATOMIC_RELAXED);
     }
     sbx_box_row_free(&src);
+    json_decref(manifest);
     if ((int64_t) json_array_size(made) < count) {
         /* all or nothing: a partial fork is deleted */
         size_t i;

@@ -13,6 +13,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "openapi_doc.h"
+#include "build.h"
 #include "pool.h"
 #include "registry.h"
 #include "spawner.h"
@@ -297,6 +298,7 @@ int main(int argc, char **argv)
         return 1;
     }
     sbx_reg_reconcile(&d.reg);
+    sbx_build_clean_stale(d.reg.home); /* no build runs yet */
     d.started_ms = sbx_now_wall_ms();
     d.openapi = sbx_openapi_doc;
     d.openapi_len = sbx_openapi_doc_len;

@@ -7,6 +7,7 @@
  * exited, health check failed) is dropped at the next look and replaced. */
 #define _GNU_SOURCE
 #include "pool.h"
+#include "templates.h"
 #include "auth.h"
 #include "log.h"
 
@@ -110,7 +111,9 @@ static sbx_box *make(sbx_daemon *d, const char *template_name, sbx_error *err)
     snprintf(row.state, sizeof row.state, "pooled");
     row.created_at = sbx_now_wall_ms();
     row.metadata = json_object();
-    row.envs = json_object();
+    json_t *manifest = sbx_tpl_load(d->reg.home, template_name);
+    json_t *envs = json_object_get(manifest, "envs");
+    row.envs = json_is_object(envs) ? json_deep_copy(envs) : json_object();
     row.millicpus = SBX_DEFAULT_MILLICPUS;
     row.memory_mb = SBX_DEFAULT_MEMORY >> 20;
     row.disk_mb = SBX_DEFAULT_DISK >> 20;
@@ -119,6 +122,13 @@ static sbx_box *make(sbx_daemon *d, const char *template_name, sbx_error *err)
     if (sbx_reg_create(&d->reg, &row, err) == 0)
         b = sbx_reg_get(&d->reg, row.id, NULL);
     sbx_box_row_free(&row);
+    /* ready means started: the template's start command runs now */
+    if (b && sbx_tpl_start(d, b, manifest, err) < 0) {
+        sbx_reg_end(&d->reg, b, "failed", err->msg);
+        sbx_reg_put(&d->reg, b);
+        b = NULL;
+    }
+    json_decref(manifest);
     return b;
 }
 

@@ -573,3 +573,20 @@ int sbx_store_snap_users(sbx_store *st, const char *id)
     pthread_mutex_unlock(&st->lock);
     return n;
 }
+
+int sbx_store_template_use(sbx_store *st, const char *name, int64_t *live, int64_t *snapshots)
+{
+    pthread_mutex_lock(&st->lock);
+    sqlite3_stmt *s = run(st,
+                          "SELECT (SELECT count(*) FROM sandboxes WHERE template = ?1 AND state IN "
+                          "('running','paused','pooled')), (SELECT count(*) FROM snapshots WHERE template = ?1)",
+                          "s", name);
+    int ok = s && sqlite3_step(s) == SQLITE_ROW;
+    if (ok) {
+        *live = sqlite3_column_int64(s, 0);
+        *snapshots = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    return ok ? 0 : -1;
+}

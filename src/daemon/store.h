@@ -114,6 +114,10 @@ int sbx_store_snap_delete(sbx_store *st, const char *id);
  * yet cleaned up (mounted), and snapshots stacked on it.  -1 on error. */
 int sbx_store_snap_users(sbx_store *st, const char *id);
 
+/* How many live (running, paused, pooled) sandboxes and snapshots use the
+ * template `name`, of any key.  0, or -1 on a database error. */
+int sbx_store_template_use(sbx_store *st, const char *name, int64_t *live, int64_t *snapshots);
+
 int64_t sbx_now_wall_ms(void);
 
 #endif

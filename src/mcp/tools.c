@@ -267,6 +267,12 @@ static json_t *sandbox_list(sbx_mcp_call *c, json_t *args)
     return rest_tool(c, "GET", q, NULL);
 }
 
+static json_t *template_list(sbx_mcp_call *c, json_t *args)
+{
+    (void) args;
+    return rest_tool(c, "GET", strdup("/v1/templates"), NULL);
+}
+
 static json_t *sandbox_info(sbx_mcp_call *c, json_t *args)
 {
     sbx_error err = { 0 };
@@ -791,7 +797,8 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "with every other tool. It is deleted after timeout_s seconds (default 900) unless extended with "
       "sandbox_set_timeout; delete it with sandbox_kill when done.",
       "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {"
-      "\"template\": {\"type\": \"string\", \"description\": \"Root filesystem template (default \\\"base\\\").\"},"
+      "\"template\": {\"type\": \"string\", \"description\": \"Root filesystem template, by name or id "
+      "(default \\\"base\\\"; template_list shows them).\"},"
       "\"timeout_s\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 28800, \"description\": \"Lifetime in "
       "seconds (default 900, at most 8 hours).\"},"
       "\"metadata\": {\"type\": \"object\", \"additionalProperties\": {\"type\": \"string\"}, \"description\": "
@@ -963,6 +970,14 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "{\"type\": \"object\", \"required\": [\"snapshot\", \"sandboxes\"], \"properties\": {\"snapshot\": "
       SNAPSHOT_OUT ", \"sandboxes\": {\"type\": \"array\", \"items\": " SANDBOX_OUT "}}}",
       sandbox_fork },
+    { "template_list", "List templates",
+      "List the templates sandboxes can start from (sandbox_create's template argument, by name or id): each with "
+      "its layers, default envs, user, working directory, start command and what uses it. \"base\" is built in.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {}}",
+      "{\"type\": \"object\", \"required\": [\"templates\"], \"properties\": {\"templates\": {\"type\": "
+      "\"array\", \"items\": {\"type\": \"object\", \"required\": [\"name\", \"id\"], \"properties\": {\"name\": "
+      "{\"type\": \"string\"}, \"id\": {\"type\": \"string\"}}}}}}",
+      template_list },
 };
 const size_t sbx_mcp_ntools = sizeof sbx_mcp_tools / sizeof *sbx_mcp_tools;
 

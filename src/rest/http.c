@@ -565,6 +565,33 @@ int sbx_http_ndjson(sbx_http *h, const char *method, const char *path, const jso
     return drain_lines(&s, 0, true);
 }
 
+int sbx_http_post_ndjson(sbx_http *h, const char *path, const char *content_type, FILE *in, int64_t size,
+                         sbx_http_line_fn on_line, sbx_http_tick_fn tick, void *ctx, sbx_error *err)
+{
+    char ct[128];
+    snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+    const char *lines[] = { "Accept: application/x-ndjson", ct, NULL };
+    _cleanup_slist_ struct curl_slist *headers = headers_for(h, lines, err);
+    if (!headers)
+        return -1;
+    _cleanup_sink_ struct sink s = { .h = h, .kind = SINK_LINES, .on_line = on_line, .tick = tick, .ctx = ctx,
+                                     .in = in, .in_left = size, .err = err };
+    if (prepare(h, path, &s, headers, err) < 0)
+        return -1;
+    SETOPT(CURLOPT_POST, 1L);
+    SETOPT(CURLOPT_READFUNCTION, on_read);
+    SETOPT(CURLOPT_READDATA, &s);
+    SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) size);
+    if (tick) {
+        SETOPT(CURLOPT_NOPROGRESS, 0L);
+        SETOPT(CURLOPT_XFERINFOFUNCTION, on_progress);
+        SETOPT(CURLOPT_XFERINFODATA, &s);
+    }
+    if (perform(h, &s, err) < 0)
+        return -1;
+    return drain_lines(&s, 0, true);
+}
+
 int sbx_http_upload(sbx_http *h, const char *path, FILE *in, int64_t size, sbx_http_resp *resp, sbx_error *err)
 {
     memset(resp, 0, sizeof *resp);

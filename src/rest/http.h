@@ -63,6 +63,11 @@ typedef int (*sbx_http_tick_fn)(void *ctx, sbx_error *err);
 int sbx_http_ndjson(sbx_http *h, const char *method, const char *path, const json_t *body, sbx_http_line_fn on_line,
                     sbx_http_tick_fn tick, void *ctx, sbx_error *err);
 
+/* POST the `size` bytes of `in` as content_type, the answer an ndjson
+ * stream (as sbx_http_ndjson). */
+int sbx_http_post_ndjson(sbx_http *h, const char *path, const char *content_type, FILE *in, int64_t size,
+                         sbx_http_line_fn on_line, sbx_http_tick_fn tick, void *ctx, sbx_error *err);
+
 /* PUT the bytes of `in` (streamed, never held whole).  size: the exact
  * number of bytes `in` will give, or -1 when unknown (a pipe): the body is
  * then sent chunked.  The JSON answer fills *resp. */

@@ -212,7 +212,7 @@ static const struct {
     { "kill", sbx_client_kill },     { "timeout", sbx_client_timeout }, { "metrics", sbx_client_metrics },
     { "exec", sbx_client_exec },     { "cp", sbx_client_cp },           { "shell", sbx_client_shell },
     { "pause", sbx_client_pause },   { "resume", sbx_client_resume },   { "mcp", sbx_client_mcp },
-    { "snapshot", sbx_client_snapshot }, { "fork", sbx_client_fork },
+    { "snapshot", sbx_client_snapshot }, { "fork", sbx_client_fork },     { "template", sbx_client_template },
 };
 
 static const sbx_cli_verb top = {
@@ -220,7 +220,7 @@ static const sbx_cli_verb top = {
     .usage = "sbx [--url URL] [--key KEY] [--json] VERB [ARGS...]",
     .help = "\n"
             "Verbs talking to sbxd: create, ls, info, exec, cp, shell, kill, pause, resume, snapshot, fork,\n"
-            "timeout, metrics, mcp\n"
+            "template, timeout, metrics, mcp\n"
             "(`sbx VERB --help`).\n"
             "`sbx help` lists every verb.\n",
     .stop_after = 0,

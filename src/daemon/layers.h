@@ -1,0 +1,30 @@
+/* layers.h - read-only file-system layers on the host: snapshots
+ * (HOME/snapshots/<id>) and the layers of built templates
+ * (HOME/layers/<key>).  Both are a sandbox's writable layer (or an
+ * imported image) frozen into a directory an overlay stacks as a lower
+ * layer: owners, modes, times, hard links, overlay whiteouts (0/0
+ * character devices) and opaque markers (user.overlay.opaque) kept. */
+#ifndef SBX_DAEMON_LAYERS_H
+#define SBX_DAEMON_LAYERS_H
+
+#include <stdint.h>
+
+#include "../lib/error.h"
+#include "registry.h"
+
+/* Run argv (a host tool: cp, rm), its stderr's first line into err; 0 if
+ * it exited 0. */
+int sbx_run_tool(char *const argv[], sbx_error *err);
+
+/* Copy sandbox b's writable layer to `dest` (which must not exist), with
+ * its processes frozen meanwhile so the copy is consistent (a paused
+ * sandbox stays as it is). */
+int sbx_layer_capture(sbx_registry *reg, sbx_box *b, const char *dest, sbx_error *err);
+
+/* Remove a layer directory tree (never crossing into another file system). */
+void sbx_layer_remove(const char *dir);
+
+/* Bytes of the regular files under dir. */
+int64_t sbx_layer_bytes(const char *dir);
+
+#endif
