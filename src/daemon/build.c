@@ -211,16 +211,25 @@ static void next_key(char key[65], json_t *step, const char *extra)
     hex(md, 32, key);
 }
 
+/* The bytes of fd from offset 0. */
+static int hash_fd(EVP_MD_CTX *c, int fd, const char *name, sbx_error *err)
+{
+    char buf[65536];
+    ssize_t n;
+    off_t off = 0;
+    while ((n = pread(fd, buf, sizeof buf, off)) > 0) {
+        EVP_DigestUpdate(c, buf, (size_t) n);
+        off += n;
+    }
+    return n < 0 ? sbx_error_set(err, errno, "read %s", name) : 0;
+}
+
 static int hash_file(EVP_MD_CTX *c, int dirfd, const char *name, sbx_error *err)
 {
     _cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return sbx_error_set(err, errno, "read %s", name);
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0)
-        EVP_DigestUpdate(c, buf, (size_t) n);
-    return n < 0 ? sbx_error_set(err, errno, "read %s", name) : 0;
+    return hash_fd(c, fd, name, err);
 }
 
 /* What a tree is, in a stable order: names, types, modes, sizes, bytes,
@@ -565,9 +574,18 @@ static int start_from(sbx_build *bd, sbx_error *err)
                                  "'from': no file %s in the build context%s", from + 8,
                                  afd < 0 && errno == ELOOP ? " (it is, or goes through, a symlink)" : "");
         snprintf(path, sizeof path, "/proc/self/fd/%d", afd);
+        /* the archive's bytes (not its name: the fd's number varies) */
         char archive_hash[65];
-        if (hash_path(path, archive_hash, err) < 0)
+        EVP_MD_CTX *hc = EVP_MD_CTX_new();
+        EVP_DigestInit_ex(hc, EVP_sha256(), NULL);
+        int hr = hash_fd(hc, afd, from + 8, err);
+        unsigned char md[32];
+        unsigned mdn = 0;
+        EVP_DigestFinal_ex(hc, md, &mdn);
+        EVP_MD_CTX_free(hc);
+        if (hr < 0)
             return -1;
+        hex(md, 32, archive_hash);
         snprintf(bd->key, sizeof bd->key, "%s", "");
         next_key(bd->key, json_object_get(bd->spec, "from"), archive_hash);
         snprintf(bd->root, sizeof bd->root, "%s", bd->key);
