@@ -11,6 +11,8 @@ packages=(
   libseccomp-dev            # seccomp filter is compiled at build time
   libarchive-dev            # image archives (OCI, docker save, rootfs tarballs) to templates
   mmdebstrap zstd           # the python template's Debian root file system (templates/python/build.sh)
+  libhttp-parser-dev        # the egress proxy reads HTTP proxy requests with it
+  curl git openssl          # network tests: clients in the sandbox (base shows the host's /usr), a TLS server
   # tests
   libcmocka-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libsodium-dev libcurl4-openssl-dev libwslay-dev libssl-dev python3-requests python3 python3-pytest
   qemu-system-x86 busybox-static file   # the pure cgroup v2 test runs in a qemu guest

@@ -42,6 +42,7 @@ static void usage(FILE *out)
                  "  snapshot ID | ls | rm S...       save a sandbox's files; list, delete snapshots\n"
                  "  fork [-n N] ID                   N new sandboxes with a copy of ID's files\n"
                  "  template build|ls|info|rm        build templates from a spec, list, show, remove them\n"
+                 "  net ID [none | allow RULE...]    show or set a sandbox's network policy\n"
                  "  shell ID                         a terminal in the sandbox\n"
                  "  mcp                              serve the sandbox tools over MCP on stdio\n"
                  "\n"

@@ -13,6 +13,12 @@ void sbx_api_sandbox_delete(sbx_req *r);
 void sbx_api_sandbox_timeout(sbx_req *r);
 void sbx_api_sandbox_metrics(sbx_req *r);
 void sbx_api_sandbox_pause(sbx_req *r);
+/* Give live sandbox b network policy p (taken; NULL: none): its egress
+ * listeners, its commands' proxy envs, its record. */
+struct sbx_net_policy;
+int sbx_sandbox_network(sbx_daemon *d, sbx_box *b, struct sbx_net_policy *p, sbx_error *err);
+void sbx_api_sandbox_network(sbx_req *r);
+void sbx_api_sandbox_events(sbx_req *r);
 /* The JSON of a sandbox, as every endpoint shows it. */
 json_t *sbx_box_json(const sbx_box_row *b);
 void sbx_api_sandbox_resume(sbx_req *r);

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "agent.h"
 #include "api.h"
+#include "egress.h"
 #include "log.h"
 
 #include <errno.h>
@@ -103,6 +104,9 @@ static char **build_env(sbx_box *b, const sbx_user *u, json_t *envs)
     json_object_set_new(m, "LOGNAME", json_string(u->name));
     json_object_set_new(m, "HOSTNAME", json_string(b->hostname));
     json_object_set_new(m, "LANG", json_string("C.UTF-8"));
+    /* an allowlist sandbox's way out; the sandbox's envs may override */
+    if (__atomic_load_n(&b->net_allowlist, __ATOMIC_RELAXED))
+        sbx_egress_envs(m);
     json_object_update(m, b->envs);
     if (envs)
         json_object_update(m, envs);

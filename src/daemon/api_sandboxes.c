@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "agent.h"
 #include "api.h"
+#include "egress.h"
 #include "templates.h"
 #include "auth.h"
 #include "log.h"
@@ -50,6 +51,7 @@ json_t *sbx_box_json(const sbx_box_row *b)
     json_object_set_new(o, "memory_mb", json_integer((json_int_t) b->memory_mb));
     json_object_set_new(o, "disk_mb", json_integer((json_int_t) b->disk_mb));
     json_object_set_new(o, "pids", json_integer(b->pids));
+    json_object_set_new(o, "network", b->network ? json_incref(b->network) : json_pack("{s:s}", "mode", "none"));
     return o;
 }
 
@@ -74,7 +76,7 @@ static uint64_t host_memory_mb(void)
 void sbx_api_sandbox_create(sbx_req *r)
 {
     static const char *const fields[] = { "template", "timeout_s",  "metadata", "envs", "cpus", "memory_mb",
-                                          "disk_mb",  "pids",       "on_timeout", "snapshot", NULL };
+                                          "disk_mb",  "pids",       "on_timeout", "snapshot", "network", NULL };
     json_t *j = sbx_req_json(r);
     if (!j)
         return;
@@ -84,6 +86,7 @@ void sbx_api_sandbox_create(sbx_req *r)
             pids = SBX_DEFAULT_PIDS;
     double cpus = SBX_DEFAULT_MILLICPUS / 1000.0;
     json_t *metadata = NULL, *envs = NULL, *manifest = NULL;
+    sbx_net_policy *net = NULL; /* NULL: "none" */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (sbx_json_only(r, j, fields) < 0 || sbx_json_string(r, j, "template", &tpl) < 0 ||
         sbx_json_int(r, j, "timeout_s", 1, MAX_TIMEOUT_S, &timeout) < 0 ||
@@ -93,6 +96,13 @@ void sbx_api_sandbox_create(sbx_req *r)
         sbx_json_int(r, j, "disk_mb", 1, 1 << 20, &disk) < 0 || sbx_json_int(r, j, "pids", 8, 65536, &pids) < 0 ||
         sbx_json_string(r, j, "on_timeout", &on_timeout) < 0 || sbx_json_string(r, j, "snapshot", &snapshot) < 0)
         goto out;
+    if (json_object_get(j, "network")) {
+        sbx_error nerr = { 0 };
+        if (sbx_net_policy_parse(json_object_get(j, "network"), &net, &nerr) < 0) {
+            sbx_reply_error(r, 400, "invalid_request", "%s", nerr.msg);
+            goto out;
+        }
+    }
     if (snapshot) { /* its template, with its layer over it */
         if (sbx_store_snap_get(r->d->store, snapshot, r->key.id, &snap) != 1) {
             sbx_reply_error(r, 400, "invalid_request", "unknown snapshot '%s'", snapshot);
@@ -178,13 +188,15 @@ void sbx_api_sandbox_create(sbx_req *r)
     snprintf(row.on_timeout, sizeof row.on_timeout, "%s", on_timeout);
     if (snapshot)
         snprintf(row.snapshot_id, sizeof row.snapshot_id, "%s", snap.id);
+    row.network = sbx_net_policy_json(net);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* A warm sandbox if the pool has one: the create is then a claim. */
     sbx_box *pooled = snapshot ? NULL : sbx_pool_take(r->d, tpl, row.disk_mb);
+    int claimed = -1;
     if (pooled) {
         snprintf(row.id, sizeof row.id, "%s", pooled->id);
-        int claimed = sbx_reg_claim(&r->d->reg, pooled, &row, &err);
+        claimed = sbx_reg_claim(&r->d->reg, pooled, &row, &err);
         if (claimed < 0) {
             sbx_log("warn", "event=pool_claim_failed sandbox=%s error=\"%s\"", row.id, err.msg);
             sbx_reg_end(&r->d->reg, pooled, "failed", "could not be handed out from the warm pool");
@@ -192,9 +204,8 @@ void sbx_api_sandbox_create(sbx_req *r)
             memset(&err, 0, sizeof err);
         }
         sbx_reg_put(&r->d->reg, pooled);
-        if (claimed == 0)
-            goto created;
     }
+    if (!pooled || claimed != 0) {
     if (sbx_reg_create(&r->d->reg, &row, &err) < 0) {
         sbx_log("error", "event=create_failed error=\"%s\"", err.msg);
         /* the host (memory, pids, cgroups) or the new sandbox's sbx-init
@@ -203,10 +214,15 @@ void sbx_api_sandbox_create(sbx_req *r)
         sbx_box_row_free(&row);
         goto out;
     }
-    /* its start command, and its readiness check (a pooled one has run
-     * them already, as it was made) */
+    }
+    /* its network, then its template's start command and readiness check
+     * (which may need the network; a pooled sandbox ran them when made) */
     sbx_box *nb = sbx_reg_get(&r->d->reg, row.id, NULL);
-    if (nb && sbx_tpl_start(r->d, nb, manifest, &err) < 0) {
+    int bad = nb ? sbx_sandbox_network(r->d, nb, net, &err) : 0;
+    net = NULL; /* taken */
+    if (nb && bad == 0 && !(pooled && claimed == 0))
+        bad = sbx_tpl_start(r->d, nb, manifest, &err);
+    if (nb && bad < 0) {
         sbx_reg_end(&r->d->reg, nb, "failed", err.msg);
         sbx_reg_put(&r->d->reg, nb);
         sbx_reply_error(r, 503, "unavailable", "sandbox %s did not start: %s", row.id, err.msg);
@@ -215,7 +231,6 @@ void sbx_api_sandbox_create(sbx_req *r)
     }
     if (nb)
         sbx_reg_put(&r->d->reg, nb);
-created:
     __atomic_add_fetch(&r->d->created, 1, __ATOMIC_RELAXED);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     sbx_log("info", "event=created sandbox=%s key=%s template=%s pool=%s ms=%.2f", row.id, r->key.name, tpl,
@@ -224,8 +239,30 @@ created:
     sbx_reply_json(r, 201, sbx_box_json(&row));
     sbx_box_row_free(&row);
 out:
+    sbx_net_policy_free(net);
     json_decref(manifest);
     json_decref(j);
+}
+
+int sbx_sandbox_network(sbx_daemon *d, sbx_box *b, sbx_net_policy *p, sbx_error *err)
+{
+    bool allow = sbx_net_policy_is_allowlist(p);
+    if (!p && !__atomic_load_n(&b->net_allowlist, __ATOMIC_RELAXED))
+        return 0; /* none, and it was none: nothing to do */
+    json_t *js = sbx_net_policy_json(p);
+    if (!p) {
+        json_t *none = json_string("none");
+        sbx_net_policy_parse(none, &p, err);
+        json_decref(none);
+    }
+    if (sbx_egress_set(b->id, b->key_id, b->init_pid, p, err) < 0) {
+        json_decref(js);
+        return -1;
+    }
+    __atomic_store_n(&b->net_allowlist, allow, __ATOMIC_RELAXED);
+    sbx_store_box_set_network(d->store, b->id, js);
+    json_decref(js);
+    return 0;
 }
 
 struct list_filter {
@@ -429,4 +466,56 @@ void sbx_api_sandbox_pause(sbx_req *r)
 void sbx_api_sandbox_resume(sbx_req *r)
 {
     pause_or_resume(r, false);
+}
+
+void sbx_api_sandbox_network(sbx_req *r)
+{
+    json_t *j = sbx_req_json(r);
+    if (!j)
+        return;
+    sbx_net_policy *p = NULL;
+    sbx_error err = { 0 };
+    if (sbx_net_policy_parse(j, &p, &err) < 0) {
+        json_decref(j);
+        sbx_reply_error(r, 400, "invalid_request", "%s", err.msg);
+        return;
+    }
+    json_decref(j);
+    sbx_box *b = sbx_req_box_as_is(r); /* a policy change does not wake a paused sandbox */
+    if (!b) {
+        sbx_net_policy_free(p);
+        return;
+    }
+    int rc = sbx_sandbox_network(r->d, b, p, &err);
+    sbx_reg_put(&r->d->reg, b);
+    if (rc < 0) {
+        sbx_reply_error(r, 503, "unavailable", "cannot change the network of sandbox %s: %s", r->arg[0], err.msg);
+        return;
+    }
+    sbx_store_event(r->d->store, r->arg[0], r->key.id, "network", "policy changed");
+    reply_sandbox(r);
+}
+
+void sbx_api_sandbox_events(sbx_req *r)
+{
+    bool bad;
+    const char *type = sbx_query(r, "type", &bad), *lim = bad ? NULL : sbx_query(r, "limit", &bad);
+    if (bad)
+        return;
+    char *end = NULL;
+    long limit = lim ? strtol(lim, &end, 10) : 1000;
+    if (lim && (!*lim || *end || limit < 1 || limit > 10000)) {
+        sbx_reply_error(r, 400, "invalid_request", "'limit' must be 1..10000");
+        return;
+    }
+    sbx_box_row row;
+    int found = sbx_store_box_get(r->d->store, r->arg[0], &row) == 1;
+    bool mine = found && strcmp(row.key_id, r->key.id) == 0;
+    if (found)
+        sbx_box_row_free(&row);
+    if (!mine) {
+        sbx_reply_error(r, 404, "not_found", "no sandbox %s", r->arg[0]);
+        return;
+    }
+    sbx_reply_json(r, 200, json_pack("{s:o}", "events", sbx_store_events(r->d->store, r->arg[0], type, limit)));
 }

@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "api.h"
 #include "auth.h"
+#include "egress.h"
 #include "layers.h"
 #include "log.h"
 #include "templates.h"
@@ -192,6 +193,7 @@ void sbx_api_sandbox_fork(sbx_req *r)
         row.expires_at = row.created_at + src.timeout_s * 1000;
         row.metadata = json_incref(src.metadata);
         row.envs = json_incref(src.envs);
+        row.network = src.network ? json_incref(src.network) : NULL;
         row.millicpus = src.millicpus;
         row.memory_mb = src.memory_mb;
         row.disk_mb = src.disk_mb;
@@ -201,9 +203,17 @@ void sbx_api_sandbox_fork(sbx_req *r)
             sbx_log("error", "event=fork_failed sandbox=%s error=\"%s\"", src.id, err.msg);
             break;
         }
-        /* memory is not copied: the template's start command runs again */
+        /* its source's network; memory is not copied: the template's
+         * start command runs again */
         sbx_box *nb = sbx_reg_get(&r->d->reg, row.id, NULL);
-        int started = nb ? sbx_tpl_start(r->d, nb, manifest, &err) : 0;
+        sbx_net_policy *np = NULL;
+        if (row.network && sbx_net_policy_parse(row.network, &np, &err) < 0)
+            np = NULL;
+        int started = nb ? sbx_sandbox_network(r->d, nb, np, &err) : 0;
+        if (!nb)
+            sbx_net_policy_free(np);
+        if (nb && started == 0)
+            started = sbx_tpl_start(r->d, nb, manifest, &err);
         if (started < 0)
             sbx_reg_end(&r->d->reg, nb, "failed", err.msg);
         if (nb)

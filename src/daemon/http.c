@@ -40,6 +40,8 @@ static const sbx_route routes[] = {
     { "GET", "/v1/templates", SBX_BODY_NONE, false, sbx_api_template_list, NULL, NULL, 0 },
     { "GET", "/v1/templates/{}", SBX_BODY_NONE, false, sbx_api_template_get, NULL, NULL, 0 },
     { "DELETE", "/v1/templates/{}", SBX_BODY_NONE, false, sbx_api_template_delete, NULL, NULL, 0 },
+    { "PATCH", "/v1/sandboxes/{}/network", SBX_BODY_JSON, false, sbx_api_sandbox_network, NULL, NULL, 0 },
+    { "GET", "/v1/sandboxes/{}/events", SBX_BODY_NONE, false, sbx_api_sandbox_events, NULL, NULL, 0 },
     { "GET", "/v1/sandboxes/{}/metrics", SBX_BODY_NONE, false, sbx_api_sandbox_metrics, NULL, NULL, 0 },
     { "POST", "/v1/sandboxes/{}/commands", SBX_BODY_JSON, false, sbx_api_cmd_run, NULL, NULL, 0 },
     { "GET", "/v1/sandboxes/{}/commands", SBX_BODY_NONE, false, sbx_api_cmd_list, NULL, NULL, 0 },

@@ -13,7 +13,9 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "openapi_doc.h"
+#include "api.h"
 #include "build.h"
+#include "egress.h"
 #include "pool.h"
 #include "registry.h"
 #include "spawner.h"
@@ -171,6 +173,29 @@ static void self_url(const char *bound, sbx_daemon *d)
     d->loopback = strncmp(bound, "127.", 4) == 0 || strncmp(bound, "[::1]:", 6) == 0;
 }
 
+/* After a restart: the sandboxes with an allowlist get their egress
+ * listeners back (they died with the old sbxd: until now nothing got out). */
+static void reattach_networks(sbx_daemon *d)
+{
+    size_t n;
+    sbx_box **boxes = sbx_reg_snapshot(&d->reg, &n);
+    for (size_t i = 0; i < n; i++) {
+        sbx_box_row row;
+        sbx_net_policy *p = NULL;
+        sbx_error err = { 0 };
+        if (sbx_store_box_get(d->store, boxes[i]->id, &row) == 1) {
+            if (row.network && sbx_net_policy_parse(row.network, &p, &err) == 0 && sbx_net_policy_is_allowlist(p) &&
+                sbx_sandbox_network(d, boxes[i], p, &err) < 0)
+                sbx_log("error", "event=network_reattach_failed sandbox=%s error=\"%s\"", boxes[i]->id, err.msg);
+            else if (p && !sbx_net_policy_is_allowlist(p))
+                sbx_net_policy_free(p);
+            sbx_box_row_free(&row);
+        }
+        sbx_reg_put(&d->reg, boxes[i]);
+    }
+    free(boxes);
+}
+
 int main(int argc, char **argv)
 {
     const char *home = getenv("SBX_HOME");
@@ -316,10 +341,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "sbxd: cannot initialise libcurl\n");
         return 1;
     }
-    if (sbx_reg_start_reaper(&d.reg, &err) < 0 || sbx_lifecycle_start(&d, &err) < 0) {
+    if (sbx_reg_start_reaper(&d.reg, &err) < 0 || sbx_lifecycle_start(&d, &err) < 0 ||
+        sbx_egress_start(d.store, &err) < 0) {
         sbx_error_print(&err, stderr);
         return 1;
     }
+    reattach_networks(&d);
     struct MHD_Daemon *mhd = sbx_http_start(&d, listen, bound, sizeof bound, &err);
     if (!mhd) {
         sbx_error_print(&err, stderr);
@@ -339,6 +366,7 @@ int main(int argc, char **argv)
     sigwait(&mask, &sig);
     sbx_log("info", "event=stopping signal=%d sandboxes_left_running=%zu", sig, sbx_reg_count(&d.reg, NULL));
     MHD_stop_daemon(mhd);
+    sbx_egress_stop();
     sbx_pool_stop(&d);
     sbx_lifecycle_stop();
     sbx_reg_stop_reaper(&d.reg);

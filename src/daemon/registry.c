@@ -1,6 +1,7 @@
 /* registry.c - see registry.h. */
 #define _GNU_SOURCE
 #include "registry.h"
+#include "egress.h"
 #include "../lib/mount.h"
 #include "agent.h"
 #include "log.h"
@@ -292,6 +293,7 @@ int sbx_reg_end(sbx_registry *reg, sbx_box *b, const char *state, const char *re
     /* the pid namespace dies with its init: nothing in the sandbox runs on */
     if (b->pidfd >= 0)
         syscall(SYS_pidfd_send_signal, b->pidfd, SIGKILL, NULL, 0);
+    sbx_egress_forget(b->id); /* its listeners: nothing more gets out */
     sbx_store_event(reg->store, b->id, b->key_id, state, reason);
     sbx_log("info", "event=ended sandbox=%s state=%s reason=\"%s\"", b->id, state, reason ? reason : "");
     pthread_mutex_lock(&reg->lock);

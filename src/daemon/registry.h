@@ -47,6 +47,7 @@ typedef struct sbx_box {
     /* paused: the workload is frozen; guarded by the registry lock, changed
      * under pause_lock (one pause or resume at a time) */
     bool paused;
+    bool net_allowlist;       /* its network goes through the egress proxy: commands get the proxy envs */
     int64_t paused_remaining_ms;
     pthread_mutex_t pause_lock;
     struct sbx_box *reap_next; /* on the reaper's queue */

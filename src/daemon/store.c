@@ -38,7 +38,9 @@ static const char SCHEMA[] =
     /* paused: what was left of the timeout when it was paused (the clock
      * stops); on_timeout: 'kill' or 'pause' */
     "  paused_remaining_ms INTEGER NOT NULL DEFAULT 0, on_timeout TEXT NOT NULL DEFAULT 'kill',"
-    "  snapshot_id TEXT NOT NULL DEFAULT '');"
+    "  snapshot_id TEXT NOT NULL DEFAULT '',"
+    /* the network policy (egress.h), as the API shows it */
+    "  network TEXT NOT NULL DEFAULT '{\"mode\":\"none\"}');"
     /* a snapshot: a sandbox's writable layer, kept under HOME/snapshots/<id> */
     "CREATE TABLE IF NOT EXISTS snapshots("
     "  id TEXT PRIMARY KEY, key_id TEXT NOT NULL, sandbox_id TEXT NOT NULL, template TEXT NOT NULL,"
@@ -89,6 +91,7 @@ int sbx_store_open(sbx_store **out, const char *path, sbx_error *err)
         "ALTER TABLE sandboxes ADD COLUMN paused_remaining_ms INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'kill'",
         "ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '{\"mode\":\"none\"}'",
     };
     for (size_t i = 0; i < sizeof added / sizeof *added; i++)
         sqlite3_exec(st->db, added[i], NULL, NULL, NULL);
@@ -223,25 +226,29 @@ void sbx_box_row_free(sbx_box_row *r)
 {
     json_decref(r->metadata);
     json_decref(r->envs);
-    r->metadata = r->envs = NULL;
+    json_decref(r->network);
+    r->metadata = r->envs = r->network = NULL;
 }
 
 int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err)
 {
     char *md = json_dumps(r->metadata, JSON_COMPACT), *ev = json_dumps(r->envs, JSON_COMPACT);
+    char *net = r->network ? json_dumps(r->network, JSON_COMPACT) : strdup("{\"mode\":\"none\"}");
     int rc = -1;
-    if (md && ev)
+    if (md && ev && net)
         rc = LOCKED(st, exec_stmt(st, run(st,
                                           "INSERT INTO sandboxes(id, key_id, template, state, created_at, expires_at, "
                                           "timeout_s, metadata, envs, millicpus, memory_mb, disk_mb, pids, init_pid, "
-                                          "init_start, on_timeout, snapshot_id) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                                          "ssssiiissiiiiiiss", r->id, r->key_id, r->template_name, r->state,
+                                          "init_start, on_timeout, snapshot_id, network) "
+                                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                          "ssssiiissiiiiiisss", r->id, r->key_id, r->template_name, r->state,
                                           r->created_at, r->expires_at, r->timeout_s, md, ev, (int64_t) r->millicpus,
                                           (int64_t) r->memory_mb, (int64_t) r->disk_mb, (int64_t) r->pids,
                                           (int64_t) r->init_pid, (int64_t) r->init_start,
-                                          r->on_timeout[0] ? r->on_timeout : "kill", r->snapshot_id)));
+                                          r->on_timeout[0] ? r->on_timeout : "kill", r->snapshot_id, net)));
     free(md);
     free(ev);
+    free(net);
     if (rc < 0)
         return sbx_error_set(err, EIO, "record sandbox %s", r->id);
     return 0;
@@ -250,7 +257,7 @@ int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err)
 #define BOX_COLUMNS                                                                                                    \
     "id, key_id, template, state, created_at, expires_at, ended_at, end_reason, timeout_s, metadata, envs, "          \
     "millicpus, memory_mb, disk_mb, pids, init_pid, init_start, cpu_seconds, gib_seconds, paused_remaining_ms, "    \
-    "on_timeout, snapshot_id"
+    "on_timeout, snapshot_id, network"
 
 static void read_row(sqlite3_stmt *s, sbx_box_row *r)
 {
@@ -281,6 +288,7 @@ static void read_row(sqlite3_stmt *s, sbx_box_row *r)
     r->paused_remaining_ms = sqlite3_column_int64(s, 19);
     snprintf(r->on_timeout, sizeof r->on_timeout, "%s", col_text(s, 20));
     snprintf(r->snapshot_id, sizeof r->snapshot_id, "%s", col_text(s, 21));
+    r->network = json_loads(col_text(s, 22), 0, NULL);
 }
 
 int sbx_store_box_get(sbx_store *st, const char *id, sbx_box_row *out)
@@ -344,18 +352,20 @@ int sbx_store_box_end(sbx_store *st, const char *id, const char *new_state, cons
 int sbx_store_box_claim(sbx_store *st, const sbx_box_row *r)
 {
     char *md = json_dumps(r->metadata, JSON_COMPACT), *ev = json_dumps(r->envs, JSON_COMPACT);
+    char *net = r->network ? json_dumps(r->network, JSON_COMPACT) : strdup("{\"mode\":\"none\"}");
     int rc = -1;
-    if (md && ev)
+    if (md && ev && net)
         rc = LOCKED(st, exec_stmt(st, run(st,
                                           "UPDATE sandboxes SET key_id = ?, state = 'running', created_at = ?, "
                                           "expires_at = ?, timeout_s = ?, metadata = ?, envs = ?, millicpus = ?, "
-                                          "memory_mb = ?, pids = ?, on_timeout = ?, cpu_seconds = 0, gib_seconds = 0 "
-                                          "WHERE id = ? AND state = 'pooled'",
-                                          "siiissiiiss", r->key_id, r->created_at, r->expires_at, r->timeout_s, md, ev,
+                                          "memory_mb = ?, pids = ?, on_timeout = ?, network = ?, cpu_seconds = 0, "
+                                          "gib_seconds = 0 WHERE id = ? AND state = 'pooled'",
+                                          "siiissiiisss", r->key_id, r->created_at, r->expires_at, r->timeout_s, md, ev,
                                           (int64_t) r->millicpus, (int64_t) r->memory_mb, (int64_t) r->pids,
-                                          r->on_timeout[0] ? r->on_timeout : "kill", r->id)));
+                                          r->on_timeout[0] ? r->on_timeout : "kill", net, r->id)));
     free(md);
     free(ev);
+    free(net);
     return rc;
 }
 
@@ -589,4 +599,32 @@ int sbx_store_template_use(sbx_store *st, const char *name, int64_t *live, int64
     sqlite3_finalize(s);
     pthread_mutex_unlock(&st->lock);
     return ok ? 0 : -1;
+}
+
+int sbx_store_box_set_network(sbx_store *st, const char *id, json_t *network)
+{
+    char *net = json_dumps(network, JSON_COMPACT);
+    int rc = net ? LOCKED(st, exec_stmt(st, run(st, "UPDATE sandboxes SET network = ? WHERE id = ?", "ss", net, id)))
+                 : -1;
+    free(net);
+    return rc;
+}
+
+json_t *sbx_store_events(sbx_store *st, const char *box, const char *kind, int64_t limit)
+{
+    pthread_mutex_lock(&st->lock);
+    sqlite3_stmt *s = run(st,
+                          "SELECT at, kind, detail FROM events WHERE sandbox_id = ?1 AND (?2 IS NULL OR kind = ?2) "
+                          "ORDER BY id DESC LIMIT ?3",
+                          "ssi", box, kind, limit);
+    json_t *arr = json_array();
+    while (s && sqlite3_step(s) == SQLITE_ROW) {
+        json_t *detail = json_loads(col_text(s, 2), 0, NULL);
+        json_array_insert_new(arr, 0, json_pack("{s:I, s:s, s:o}", "at_ms", (json_int_t) sqlite3_column_int64(s, 0),
+                                                "type", col_text(s, 1),
+                                                "detail", detail ? detail : json_string(col_text(s, 2))));
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    return arr;
 }

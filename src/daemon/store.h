@@ -53,6 +53,7 @@ typedef struct sbx_box_row {
     int64_t paused_remaining_ms; /* state "paused": the timeout left */
     char on_timeout[8];          /* "kill" (default) or "pause" */
     char snapshot_id[33];        /* made from this snapshot, "" if from the bare template */
+    json_t *network;             /* owned: its network policy's JSON (egress.h); NULL: none */
 } sbx_box_row;
 
 void sbx_box_row_free(sbx_box_row *r);
@@ -113,6 +114,13 @@ int sbx_store_snap_delete(sbx_store *st, const char *id);
 /* What still needs its layer: sandboxes made from it that are live or not
  * yet cleaned up (mounted), and snapshots stacked on it.  -1 on error. */
 int sbx_store_snap_users(sbx_store *st, const char *id);
+
+/* A new network policy (its JSON) for sandbox id. */
+int sbx_store_box_set_network(sbx_store *st, const char *id, json_t *network);
+
+/* The last `limit` events of sandbox box (of one kind, or all: kind
+ * NULL), oldest first: [{at_ms, type, detail}]. */
+json_t *sbx_store_events(sbx_store *st, const char *box, const char *kind, int64_t limit);
 
 /* How many live (running, paused, pooled) sandboxes and snapshots use the
  * template `name`, of any key.  0, or -1 on a database error. */

@@ -311,6 +311,15 @@ static json_t *sandbox_resume(sbx_mcp_call *c, json_t *args)
     return sandbox_pause_resume(c, args, "/resume");
 }
 
+static json_t *sandbox_network(sbx_mcp_call *c, json_t *args)
+{
+    sbx_error err = { 0 };
+    char *p = sandbox_path(c, str(args, "sandbox_id"), "/network", &err);
+    _cleanup_json_ json_t *body = json_deep_copy(args);
+    json_object_del(body, "sandbox_id");
+    return p ? rest_tool(c, "PATCH", p, body) : fail("%s", err.msg);
+}
+
 static json_t *sandbox_snapshot(sbx_mcp_call *c, json_t *args)
 {
     return sandbox_pause_resume(c, args, "/snapshots");
@@ -970,6 +979,17 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "{\"type\": \"object\", \"required\": [\"snapshot\", \"sandboxes\"], \"properties\": {\"snapshot\": "
       SNAPSHOT_OUT ", \"sandboxes\": {\"type\": \"array\", \"items\": " SANDBOX_OUT "}}}",
       sandbox_fork },
+    { "sandbox_network", "Set a sandbox's network policy",
+      "Change what a sandbox may reach. mode \"none\": nothing (loopback only). mode \"allowlist\": only the domains "
+      "(example.com, *.example.com) and CIDRs in allow, minus those in deny, through sbx's egress proxy (its "
+      "address is already in every command's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY). Private, loopback and cloud "
+      "metadata addresses stay denied unless a CIDR names them. A denied request answers 403 with the reason.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\", \"mode\"], "
+      "\"properties\": {" SANDBOX_ID ", \"mode\": {\"type\": \"string\", \"enum\": [\"none\", \"allowlist\"]}, "
+      "\"allow\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"Domains and CIDRs.\"}, "
+      "\"deny\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"Domains and CIDRs; deny "
+      "wins.\"}}}",
+      SANDBOX_OUT, sandbox_network },
     { "template_list", "List templates",
       "List the templates sandboxes can start from (sandbox_create's template argument, by name or id): each with "
       "its layers, default envs, user, working directory, start command and what uses it. \"base\" is built in.",

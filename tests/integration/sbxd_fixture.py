@@ -188,6 +188,14 @@ def rss_kib(pid):
 # the daemon
 
 
+# name=addr: a loopback test server standing for a public host; name=@addr:
+# judged like a real DNS answer (a private address stays private)
+EGRESS_TEST_SERVER = "127.0.0.5"
+EGRESS_TEST_HOSTS = ",".join([f"allowed.test={EGRESS_TEST_SERVER}", f"other.test={EGRESS_TEST_SERVER}",
+                              f"sub.allowed.test={EGRESS_TEST_SERVER}", "private.test=@10.255.255.1",
+                              "metadata.test=@169.254.169.254", "loop.test=@127.0.0.1"])
+
+
 class Sbxd:
     """One sbxd with a private home.  start()/stop() may be called repeatedly
     (restart tests); the home, the keys and the record of created sandboxes
@@ -219,7 +227,9 @@ class Sbxd:
                 self.cg_dirs.append(top + self.cg_parent)
         if self.cg_dirs:
             self.env["SBX_CGROUP_PARENT"] = self.cg_parent
-        self.env.update(SBX_API_KEY=ENV_KEY, SBX_UID_BASE=str(API_UID_BASE))
+        self.env.update(SBX_API_KEY=ENV_KEY, SBX_UID_BASE=str(API_UID_BASE),
+                        # the egress proxy's test-only names (test_api_network.py): nothing leaves the machine
+                        SBX_TEST_EGRESS_HOSTS=EGRESS_TEST_HOSTS)
         self.start()
 
     # -- process

@@ -11,7 +11,8 @@ import pytest
 from sbxd_fixture import assert_error, leftovers, upload_helper
 
 FIELDS = {"id", "template", "state", "created_at", "expires_at", "ended_at", "end_reason",
-          "timeout_s", "on_timeout", "snapshot_id", "metadata", "envs", "cpus", "memory_mb", "disk_mb", "pids"}
+          "timeout_s", "on_timeout", "snapshot_id", "metadata", "envs", "cpus", "memory_mb", "disk_mb", "pids",
+          "network"}
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 

@@ -54,7 +54,7 @@ TOOL_NAMES = {
     "sandbox_create", "sandbox_list", "sandbox_info", "sandbox_kill", "sandbox_set_timeout",
     "command_run", "command_list", "command_kill",
     "files_write", "files_read", "files_list", "files_stat", "files_mkdir", "files_move", "files_remove",
-    "sandbox_pause", "sandbox_resume", "sandbox_snapshot", "sandbox_fork", "template_list",
+    "sandbox_pause", "sandbox_resume", "sandbox_snapshot", "sandbox_fork", "sandbox_network", "template_list",
 }
 TEMPLATE = "sbx://sandboxes/{sandbox_id}/files/{+path}"
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
@@ -843,7 +843,7 @@ def test_http_tool_argument_errors(mcp, mscope):
 
 
 def test_http_tools_list_pagination(mcp):
-    """tools/list: at most 8 tools a page, nextCursor chains through all 20
+    """tools/list: at most 8 tools a page, nextCursor chains through all 21
     tools (each once, each with inputSchema and outputSchema); a cursor the
     server did not issue is -32602."""
     c = mcp()

@@ -14,7 +14,8 @@
 
 /* ---- create ---- */
 
-enum { OPT_TEMPLATE = 256, OPT_TIMEOUT, OPT_CPUS, OPT_MEMORY, OPT_DISK, OPT_PIDS, OPT_STATE, OPT_SNAPSHOT };
+enum { OPT_TEMPLATE = 256, OPT_TIMEOUT, OPT_CPUS, OPT_MEMORY, OPT_DISK, OPT_PIDS, OPT_STATE, OPT_SNAPSHOT, OPT_ALLOW,
+       OPT_DENY };
 
 static const struct option create_options[] = {
     { "template", required_argument, NULL, OPT_TEMPLATE },
@@ -26,13 +27,15 @@ static const struct option create_options[] = {
     { "pids", required_argument, NULL, OPT_PIDS },
     { "metadata", required_argument, NULL, 'm' },
     { "env", required_argument, NULL, 'e' },
+    { "allow", required_argument, NULL, OPT_ALLOW },
+    { "deny", required_argument, NULL, OPT_DENY },
     { NULL, 0, NULL, 0 },
 };
 
 static const sbx_cli_verb create_verb = {
     .name = "create",
     .usage = "sbx create [--template T | --snapshot S] [--timeout SECS] [--cpus N] [--memory SIZE] [--disk SIZE] [--pids N] "
-             "[-m KEY=VALUE]... [-e KEY=VALUE]...",
+             "[-m KEY=VALUE]... [-e KEY=VALUE]... [--allow RULE]... [--deny RULE]...",
     .help = "\n"
             "Create a sandbox and print its id (the sandbox object with --json).\n"
             "\n"
@@ -44,7 +47,10 @@ static const sbx_cli_verb create_verb = {
             "  --disk SIZE           writable layer size (whole MiB)\n"
             "  --pids N              max processes and threads\n"
             "  -m, --metadata K=V    a metadata label (repeatable; `sbx ls -m K=V` filters on it)\n"
-            "  -e, --env K=V         an environment variable of every command (K alone: our value of K)\n",
+            "  -e, --env K=V         an environment variable of every command (K alone: our value of K)\n"
+            "  --allow RULE          network: let it reach this domain (example.com, *.example.com) or CIDR\n"
+            "                        through sbxd's egress proxy (repeatable; without any: no network)\n"
+            "  --deny RULE           network: never this domain or CIDR (repeatable; wins over --allow)\n",
     .shortopts = "m:e:",
     .longopts = create_options,
     .stop_after = -1,
@@ -82,7 +88,14 @@ struct create_opts {
     json_t *body;
     json_t *metadata;
     json_t *envs;
+    json_t *allow, *deny;
 };
+
+/* {"mode": "allowlist", "allow": [...], "deny": [...]} */
+static json_t *allowlist(json_t *allow, json_t *deny)
+{
+    return json_pack("{s:s, s:O, s:O}", "mode", "allowlist", "allow", allow, "deny", deny);
+}
 
 static int create_option(void *ctx, int opt, const char *arg, sbx_error *err)
 {
@@ -137,6 +150,11 @@ static int create_option(void *ctx, int opt, const char *arg, sbx_error *err)
         return sbx_cli_add_kv(o->metadata, "-m", arg, false, err);
     case 'e':
         return sbx_cli_add_kv(o->envs, "-e", arg, true, err);
+    case OPT_ALLOW:
+    case OPT_DENY:
+        if (json_array_append_new(opt == OPT_ALLOW ? o->allow : o->deny, json_string(arg)) < 0)
+            return sbx_error_set(err, 0, "%s: not valid UTF-8", opt == OPT_ALLOW ? "--allow" : "--deny");
+        return 0;
     default:
         return sbx_error_set(err, 0, "unhandled option");
     }
@@ -155,7 +173,9 @@ int sbx_client_create(sbx_cli *cli, int argc, char **argv)
         sbx_error_set(&err, ENOMEM, "request");
         return sbx_cli_fail(&err);
     }
-    struct create_opts o = { body, metadata, envs };
+    _cleanup_json_ json_t *allow = json_array();
+    _cleanup_json_ json_t *deny = json_array();
+    struct create_opts o = { body, metadata, envs, allow, deny };
     sbx_cli_args a;
     int r = sbx_cli_parse(cli, &create_verb, argc, argv, create_option, &o, &a, &err);
     if (r != 0)
@@ -168,6 +188,12 @@ int sbx_client_create(sbx_cli *cli, int argc, char **argv)
         return SBX_EXIT_FAILURE;
     if (json_object_size(envs) && json_object_set(body, "envs", envs) < 0)
         return SBX_EXIT_FAILURE;
+    if (json_array_size(allow) && json_object_set_new(body, "network", allowlist(allow, deny)) < 0)
+        return SBX_EXIT_FAILURE;
+    if (!json_array_size(allow) && json_array_size(deny)) {
+        sbx_error_set(&err, 0, "--deny without --allow: the sandbox has no network to deny anything from");
+        return sbx_cli_usage_error(&create_verb, &err);
+    }
 
     sbx_http *h = sbx_cli_http(cli, &err);
     _cleanup_http_resp_ sbx_http_resp resp = { 0 };
@@ -759,5 +785,86 @@ int sbx_client_fork(sbx_cli *cli, int argc, char **argv)
     json_t *s;
     json_array_foreach(json_object_get(resp.json, "sandboxes"), i, s)
         printf("%s\n", json_string_value(json_object_get(s, "id")));
+    return 0;
+}
+
+/* ---- network ---- */
+
+static const struct option net_options[] = {
+    { "deny", required_argument, NULL, OPT_DENY },
+    { NULL, 0, NULL, 0 },
+};
+
+static const sbx_cli_verb net_verb = {
+    .name = "net",
+    .usage = "sbx net ID [none | allow RULE... [--deny RULE]...]",
+    .help = "\n"
+            "Show sandbox ID's network policy, or change it (at once, for new connections):\n"
+            "  none                  nothing gets out (loopback only)\n"
+            "  allow RULE...         only these domains (example.com, *.example.com) and CIDRs, through\n"
+            "                        sbxd's egress proxy; private and metadata addresses need a CIDR\n"
+            "  --deny RULE           never this domain or CIDR (repeatable; wins over allow)\n"
+            "Egress attempts: `--json` ... GET /v1/sandboxes/ID/events?type=net (docs/api.md).\n",
+    .longopts = net_options,
+    .stop_after = -1,
+};
+
+static int net_option(void *ctx, int opt, const char *arg, sbx_error *err)
+{
+    if (opt != OPT_DENY)
+        return 0;
+    if (json_array_append_new(ctx, json_string(arg)) < 0)
+        return sbx_error_set(err, 0, "--deny: not valid UTF-8");
+    return 0;
+}
+
+static void print_policy(json_t *net)
+{
+    printf("%s", json_string_value(json_object_get(net, "mode")) ?: "none");
+    const char *lists[] = { "allow", "deny" };
+    for (size_t l = 0; l < 2; l++) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(net, lists[l]), i, v)
+            printf("%s%s", i ? " " : l ? "\n  deny: " : "\n  allow: ", json_string_value(v));
+    }
+    printf("\n");
+}
+
+int sbx_client_net(sbx_cli *cli, int argc, char **argv)
+{
+    sbx_error err = { 0 };
+    sbx_cli_args a;
+    _cleanup_json_ json_t *deny = json_array();
+    int r = sbx_cli_parse(cli, &net_verb, argc, argv, net_option, deny, &a, &err);
+    if (r != 0)
+        return r > 0 ? 0 : sbx_cli_usage_error(&net_verb, &err);
+    if (a.npos < 1) {
+        sbx_error_set(&err, 0, "missing sandbox id");
+        return sbx_cli_usage_error(&net_verb, &err);
+    }
+    _cleanup_json_ json_t *body = NULL;
+    if (a.npos >= 2 && strcmp(a.pos[1], "none") == 0 && a.npos == 2 && !json_array_size(deny)) {
+        body = json_pack("{s:s}", "mode", "none");
+    } else if (a.npos >= 3 && strcmp(a.pos[1], "allow") == 0) {
+        _cleanup_json_ json_t *allow = json_array();
+        for (int i = 2; i < a.npos; i++)
+            json_array_append_new(allow, json_string(a.pos[i]));
+        body = allowlist(allow, deny);
+    } else if (a.npos > 1 || json_array_size(deny)) {
+        sbx_error_set(&err, 0, "use `none`, or `allow RULE...` with at least one rule");
+        return sbx_cli_usage_error(&net_verb, &err);
+    }
+    sbx_http *h = sbx_cli_http(cli, &err);
+    if (!h)
+        return sbx_cli_fail(&err);
+    _cleanup_free_ char *path = sbx_cli_sandbox_path(h, a.pos[0], body ? "/network" : "", &err);
+    _cleanup_http_resp_ sbx_http_resp resp = { 0 };
+    if (!path || sbx_http_json(h, body ? "PATCH" : "GET", path, body, &resp, &err) < 0)
+        return sbx_cli_fail(&err);
+    if (cli->json)
+        sbx_cli_print_raw(&resp);
+    else
+        print_policy(json_object_get(resp.json, "network"));
     return 0;
 }

@@ -1,0 +1,116 @@
+/* Unit tests of network policies (src/daemon/egress.c): parsing, and the
+ * verdict for every kind of destination the proxy can be asked for. */
+#include <arpa/inet.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../src/daemon/egress.h"
+
+static sbx_net_policy *policy(const char *json)
+{
+    json_t *j = json_loads(json, JSON_DECODE_ANY, NULL);
+    sbx_net_policy *p = NULL;
+    sbx_error err = { 0 };
+    int r = sbx_net_policy_parse(j, &p, &err);
+    json_decref(j);
+    return r == 0 ? p : NULL;
+}
+
+/* The verdict for host at address text addr. */
+static bool allows(const sbx_net_policy *p, const char *host, const char *addr, char *why)
+{
+    struct sockaddr_storage ss = { 0 };
+    if (strchr(addr, ':')) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *) &ss;
+        s6->sin6_family = AF_INET6;
+        assert_int_equal(inet_pton(AF_INET6, addr, &s6->sin6_addr), 1);
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *) &ss;
+        s4->sin_family = AF_INET;
+        assert_int_equal(inet_pton(AF_INET, addr, &s4->sin_addr), 1);
+    }
+    char buf[512] = "";
+    bool ok = sbx_net_policy_allows(p, host, (struct sockaddr *) &ss, false, buf, sizeof buf);
+    if (why)
+        strcpy(why, buf);
+    return ok;
+}
+
+static void parsing(void **state)
+{
+    (void) state;
+    const char *good[] = { "\"none\"", "{\"mode\":\"none\"}", "{\"mode\":\"allowlist\"}",
+                           "{\"mode\":\"allowlist\",\"allow\":[\"a.com\",\"*.b.org\",\"10.0.0.0/8\",\"::1\"],"
+                           "\"deny\":[\"c.a.com\",\"2001:db8::/32\"]}" };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        sbx_net_policy *p = policy(good[i]);
+        assert_non_null(p);
+        sbx_net_policy_free(p);
+    }
+    const char *bad[] = { "\"open\"", "7", "null", "{}", "{\"mode\":\"x\"}", "{\"mode\":\"allowlist\",\"allow\":\"a\"}",
+                          "{\"mode\":\"allowlist\",\"allow\":[\"a b\"]}", "{\"mode\":\"allowlist\",\"allow\":[\"1.2.3.4/33\"]}",
+                          "{\"mode\":\"allowlist\",\"allow\":[\"a.*.com\"]}", "{\"mode\":\"none\",\"deny\":[\"a.com\"]}",
+                          "{\"mode\":\"allowlist\",\"x\":1}", "{\"mode\":\"allowlist\",\"allow\":[\"\"]}" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_null(policy(bad[i]));
+    sbx_net_policy *p = policy("{\"mode\":\"allowlist\",\"allow\":[\"A.com.\"]}");
+    json_t *j = sbx_net_policy_json(p);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "allow"), 0)), "a.com");
+    json_decref(j);
+    sbx_net_policy_free(p);
+}
+
+static void verdicts(void **state)
+{
+    (void) state;
+    char why[512];
+    sbx_net_policy *p = policy("{\"mode\":\"allowlist\",\"allow\":[\"pypi.org\",\"*.example.com\",\"203.0.113.0/24\"],"
+                               "\"deny\":[\"bad.example.com\",\"198.51.100.7\"]}");
+    assert_non_null(p);
+    /* names: exact, wildcard (subdomains, not the apex), case */
+    assert_true(allows(p, "pypi.org", "151.101.0.223", NULL));
+    assert_true(allows(p, "PyPI.org", "151.101.0.223", NULL));
+    assert_false(allows(p, "evil-pypi.org", "151.101.0.223", why));
+    assert_string_equal(why, "not in allowlist");
+    assert_false(allows(p, "pypi.org.evil.net", "151.101.0.223", NULL));
+    assert_true(allows(p, "a.example.com", "93.184.215.14", NULL));
+    assert_true(allows(p, "a.b.example.com", "93.184.215.14", NULL));
+    assert_false(allows(p, "example.com", "93.184.215.14", NULL));
+    assert_false(allows(p, "xexample.com", "93.184.215.14", NULL));
+    /* deny wins */
+    assert_false(allows(p, "bad.example.com", "93.184.215.14", why));
+    assert_non_null(strstr(why, "denied by rule bad.example.com"));
+    /* an allowed name resolving to an internal address: no */
+    const char *internal[] = { "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+                               "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00::1",
+                               "::ffff:127.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a00:1", "ff02::1" };
+    for (size_t i = 0; i < sizeof internal / sizeof *internal; i++) {
+        assert_false(allows(p, "pypi.org", internal[i], why));
+        assert_non_null(strstr(why, "private, loopback, link-local or reserved"));
+    }
+    /* addresses: CIDR rules only */
+    assert_true(allows(p, NULL, "203.0.113.9", NULL));           /* an allow CIDR opens even a reserved range */
+    assert_true(allows(p, NULL, "::ffff:203.0.113.9", NULL));    /* mapped is the IPv4 address */
+    assert_false(allows(p, NULL, "151.101.0.223", NULL));
+    assert_false(allows(p, NULL, "198.51.100.7", NULL));
+    sbx_net_policy_free(p);
+    /* none: nothing */
+    p = policy("\"none\"");
+    assert_false(allows(p, "pypi.org", "151.101.0.223", why));
+    sbx_net_policy_free(p);
+    /* an explicit loopback CIDR is the only way to loopback */
+    p = policy("{\"mode\":\"allowlist\",\"allow\":[\"127.0.0.5/32\"],\"deny\":[\"127.0.0.5\"]}");
+    assert_false(allows(p, NULL, "127.0.0.5", NULL)); /* deny still wins */
+    sbx_net_policy_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = { cmocka_unit_test(parsing), cmocka_unit_test(verdicts) };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
