@@ -73,6 +73,11 @@ void sbx_api_snapshot_get(sbx_req *r);
 void sbx_api_snapshot_delete(sbx_req *r);
 void sbx_api_sandbox_fork(sbx_req *r);
 
+/* api_ports.c */
+void sbx_api_port_begin(sbx_req *r);
+void sbx_api_port_data(sbx_req *r, const char *data, size_t len);
+void sbx_api_port(sbx_req *r);
+
 /* api_templates.c */
 void sbx_api_template_build_begin(sbx_req *r);
 void sbx_api_template_build_data(sbx_req *r, const char *data, size_t len);

@@ -28,6 +28,7 @@
 #include "build.h"
 #include "api.h"
 #include "auth.h"
+#include "egress.h"
 #include "image.h"
 #include "layers.h"
 #include "log.h"
@@ -359,7 +360,7 @@ int sbx_build_check_spec(json_t *spec, sbx_error *err)
 {
     static const char *const top[] = { "from", "steps", "cpus", "memory_mb", "disk_mb", "timeout_s",
                                        "ready_timeout_s", "build", NULL };
-    static const char *const build_fields[] = { "memory_mb", "disk_mb", "timeout_s", NULL };
+    static const char *const build_fields[] = { "memory_mb", "disk_mb", "timeout_s", "network", NULL };
     static const char *const copy_fields[] = { "src", "dest", "owner", NULL };
     char bad[256];
     if (!json_is_object(spec))
@@ -384,7 +385,13 @@ int sbx_build_check_spec(json_t *spec, sbx_error *err)
     if (b && (!json_is_object(b) || !only_fields(b, build_fields, bad, sizeof bad) ||
               !int_field(b, "memory_mb", 64, 1 << 24) || !int_field(b, "disk_mb", 16, 1 << 20) ||
               !int_field(b, "timeout_s", 1, 86400)))
-        return sbx_error_set(err, EINVAL, "'build' takes memory_mb (>= 64), disk_mb (>= 16) and timeout_s");
+        return sbx_error_set(err, EINVAL, "'build' takes memory_mb (>= 64), disk_mb (>= 16), timeout_s and network");
+    if (json_object_get(b, "network")) {
+        sbx_net_policy *np = NULL;
+        if (sbx_net_policy_parse(json_object_get(b, "network"), &np, err) < 0)
+            return sbx_error_wrap(err, "'build.network'");
+        sbx_net_policy_free(np);
+    }
     json_t *steps = json_object_get(spec, "steps");
     if (steps && !json_is_array(steps))
         return sbx_error_set(err, EINVAL, "'steps' must be an array");
@@ -715,6 +722,14 @@ static int run_step(sbx_build *bd, json_t *argv_json, const char *key, sbx_error
     sbx_box_row_free(&row);
     if (!box)
         return rc < 0 ? sbx_error_wrap(err, "start a build sandbox") : sbx_error_set(err, ESRCH, "build sandbox");
+    /* the network the spec allows its run steps ("build": {"network"}) */
+    sbx_net_policy *np = NULL;
+    if (json_object_get(b, "network") && sbx_net_policy_parse(json_object_get(b, "network"), &np, err) == 0 &&
+        sbx_sandbox_network(bd->d, box, np, err) < 0) {
+        sbx_reg_end(&bd->d->reg, box, "failed", "template build: no network");
+        sbx_reg_put(&bd->d->reg, box);
+        return sbx_error_wrap(err, "give the build sandbox its network");
+    }
     size_t n = json_array_size(argv_json);
     _cleanup_free_ char **argv = calloc(n + 1, sizeof *argv);
     for (size_t i = 0; argv && i < n; i++)

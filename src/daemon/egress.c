@@ -378,6 +378,49 @@ static void *listen_in_netns(void *arg)
     return NULL;
 }
 
+struct dial_args {
+    pid_t pid;
+    int port, fd, err;
+};
+
+static void *dial_in_netns(void *arg)
+{
+    struct dial_args *a = arg;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int) a->pid);
+    int ns = open(path, O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWNET) < 0) {
+        a->err = errno;
+        if (ns >= 0)
+            close(ns);
+        return NULL;
+    }
+    close(ns);
+    a->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) a->port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    /* loopback: a connect is answered at once, accepted or refused */
+    if (a->fd < 0 || connect(a->fd, (struct sockaddr *) &sin, sizeof sin) < 0) {
+        a->err = errno;
+        if (a->fd >= 0)
+            close(a->fd);
+        a->fd = -1;
+    }
+    return NULL;
+}
+
+int sbx_netns_connect(pid_t pid, int port, sbx_error *err)
+{
+    struct dial_args a = { .pid = pid, .port = port, .fd = -1 };
+    pthread_t t;
+    if (pthread_create(&t, NULL, dial_in_netns, &a) != 0)
+        return sbx_error_set(err, EAGAIN, "thread");
+    pthread_join(t, NULL);
+    if (a.fd < 0)
+        return sbx_error_set(err, a.err, "connect to 127.0.0.1:%d in the sandbox", port);
+    return a.fd;
+}
+
 static box_net *find_box(const char *id)
 {
     for (box_net *b = boxes; b; b = b->next)

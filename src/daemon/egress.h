@@ -62,6 +62,11 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
 /* The sandbox ended: close its listeners. */
 void sbx_egress_forget(const char *id);
 
+/* A TCP connection to 127.0.0.1:port inside the network namespace of
+ * process pid (a sandbox's server, for GET .../ports/PORT/): the fd, or
+ * -1 with err (ECONNREFUSED: nothing listens there). */
+int sbx_netns_connect(pid_t pid, int port, sbx_error *err);
+
 /* The environment every command of an allowlist sandbox gets. */
 void sbx_egress_envs(json_t *env);
 

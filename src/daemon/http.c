@@ -42,6 +42,9 @@ static const sbx_route routes[] = {
     { "DELETE", "/v1/templates/{}", SBX_BODY_NONE, false, sbx_api_template_delete, NULL, NULL, 0 },
     { "PATCH", "/v1/sandboxes/{}/network", SBX_BODY_JSON, false, sbx_api_sandbox_network, NULL, NULL, 0 },
     { "GET", "/v1/sandboxes/{}/events", SBX_BODY_NONE, false, sbx_api_sandbox_events, NULL, NULL, 0 },
+    /* HTTP to a server in the sandbox: every method, any path below */
+    { "*", "/v1/sandboxes/{}/ports/{}/*", SBX_BODY_STREAM, false, sbx_api_port, sbx_api_port_begin,
+      sbx_api_port_data, 0 },
     { "GET", "/v1/sandboxes/{}/metrics", SBX_BODY_NONE, false, sbx_api_sandbox_metrics, NULL, NULL, 0 },
     { "POST", "/v1/sandboxes/{}/commands", SBX_BODY_JSON, false, sbx_api_cmd_run, NULL, NULL, 0 },
     { "GET", "/v1/sandboxes/{}/commands", SBX_BODY_NONE, false, sbx_api_cmd_list, NULL, NULL, 0 },
@@ -90,11 +93,15 @@ static int match(const char *pattern, const char *url, char arg[2][80])
             p += 2;
             continue;
         }
+        if (p[0] == '/' && p[1] == '*' && !p[2]) /* a trailing slash-star: anything after, or nothing */
+            return 1;
         if (*p != *u)
             return 0;
         p++;
         u++;
     }
+    if (p[0] == '/' && p[1] == '*' && !p[2] && !*u)
+        return 1;
     /* a trailing slash is the same resource */
     if (*u == '/' && u[1] == '\0')
         u++;
@@ -108,7 +115,7 @@ static const sbx_route *find_route(const char *method, const char *url, char arg
         char a[2][80];
         if (!match(routes[i].pattern, url, a))
             continue;
-        if (strcmp(routes[i].method, method) != 0 &&
+        if (strcmp(routes[i].method, "*") != 0 && strcmp(routes[i].method, method) != 0 &&
             !(strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0)) {
             *wrong_method = true;
             continue;

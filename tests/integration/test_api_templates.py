@@ -532,3 +532,44 @@ def test_build_steps_root_is_a_container_root_not_the_hosts(api, sbxd_daemon):
         api.delete(f"/v1/sandboxes/{sid}")
     finally:
         remove(api, name)
+
+
+def test_run_steps_get_the_network_the_spec_allows(api):
+    """build.network: a run step reaches what the policy allows (here a
+    local server standing for a package index), and only that."""
+    import http.server
+    import threading
+    from sbxd_fixture import EGRESS_TEST_SERVER
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = b"package-1.0\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+    srv = http.server.ThreadingHTTPServer((EGRESS_TEST_SERVER, 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    name = uniq("net")
+    port = srv.server_address[1]
+    try:
+        t = built(api, name, {"from": "base", "build": {"network": {"mode": "allowlist", "allow": ["allowed.test"]}},
+                              "steps": [{"run": f"curl -sf http://allowed.test:{port}/pkg > /opt/pkg.txt"}]})
+        sid = api.create(template=name)["id"]
+        assert api.sh(sid, "cat /opt/pkg.txt") == "package-1.0\n"
+        assert api.get(f"/v1/sandboxes/{sid}").json()["network"] == {"mode": "none"}  # the build's, not theirs
+        api.delete(f"/v1/sandboxes/{sid}")
+        r = build(api, name, {"from": "base", "build": {"network": {"mode": "allowlist", "allow": ["allowed.test"]}},
+                              "steps": [{"run": f"curl -sSf http://other.test:{port}/pkg"}]})
+        assert_error(r, 422, "build_failed")
+        assert "403" in r.json()["error"]["output"], r.text
+        r = build(api, name, {"from": "base", "steps": [{"run": f"curl -sSf -m 5 http://allowed.test:{port}/pkg"}]})
+        assert_error(r, 422, "build_failed")   # no network unless the spec says so
+        assert_error(build(api, name, {"from": "base", "build": {"network": {"mode": "open"}}}), 400, "invalid_request")
+        assert t
+    finally:
+        srv.shutdown()
+        remove(api, name)

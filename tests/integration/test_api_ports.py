@@ -1,0 +1,97 @@
+"""Port exposure: /v1/sandboxes/{id}/ports/{port}/... reaches an HTTP
+server listening inside the sandbox, behind the API's authentication.
+
+Tried: GET of a page and a path with a query; POST with a body (sized and
+chunked) echoed back; the server's status and headers come through, the
+API key does not; HEAD; nothing listening is a 502 that says so; bad
+ports; another key's sandbox is a 404; no key is a 401; a paused
+sandbox is woken; a sandbox without network can still be reached (the
+way in is sbx's, not the sandbox's)."""
+
+import json
+
+import requests
+
+from sbxd_fixture import assert_error
+
+SERVER = r'''
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def reply(self, code, body, extra=()):
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-From-Sandbox", "yes")
+        for k, v in extra:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            while True:
+                size = int(self.rfile.readline().strip(), 16)
+                if not size:
+                    self.rfile.readline()
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        info = {"method": self.command, "path": self.path, "body": body.decode(),
+                "headers": {k.lower(): v for k, v in self.headers.items()}}
+        self.reply(418 if self.path.startswith("/teapot") else 200, json.dumps(info).encode())
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = answer
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def start_server(api, sid, port=8000):
+    api.put_file(sid, "srv.py", SERVER.encode())
+    api.background(sid, f"python3 srv.py {port}")
+    api.sh(sid, "python3 -c 'import socket,time\n"
+                "for _ in range(100):\n"
+                "    try: socket.create_connection((\"127.0.0.1\", %d)).close(); break\n"
+                "    except OSError: time.sleep(0.05)'" % port)
+
+
+def test_http_to_a_server_in_the_sandbox(api):
+    sid = api.create()["id"]  # no network at all: the way in is sbx's
+    start_server(api, sid)
+    base = f"/v1/sandboxes/{sid}/ports/8000"
+    r = api.get(base + "/some/where?x=1&y=a%20b")
+    assert r.status_code == 200 and r.headers["X-From-Sandbox"] == "yes", r.text
+    info = r.json()
+    assert info["method"] == "GET" and info["path"] == "/some/where?x=1&y=a%20b", info
+    assert "authorization" not in info["headers"], info          # the API key stays with sbx
+    assert info["headers"]["host"] == "127.0.0.1:8000" and info["headers"]["x-forwarded-prefix"] == base, info
+    assert api.get(base).json()["path"] == "/"
+    r = api.post(base + "/teapot", data=b"tea" * 1000)
+    assert r.status_code == 418 and r.json()["body"] == "tea" * 1000 and r.json()["method"] == "POST", r.text
+    r = api.req("PUT", base + "/up", data=iter([b"chunk1-", b"chunk2"]))   # chunked, no length
+    assert r.status_code == 200 and r.json()["body"] == "chunk1-chunk2", r.text
+    r = api.req("HEAD", base + "/h")
+    assert r.status_code == 200 and r.headers["X-From-Sandbox"] == "yes" and r.content == b""
+    r = api.delete(base + "/d")
+    assert r.status_code == 200 and r.json()["method"] == "DELETE"
+
+
+def test_errors_and_access(api, other, sbxd_daemon):
+    sid = api.create()["id"]
+    r = api.get(f"/v1/sandboxes/{sid}/ports/8001/")
+    assert_error(r, 502, "bad_gateway")
+    assert "nothing answers on port 8001" in r.json()["error"]["message"], r.text
+    for bad in ("0", "65536", "x", "-1"):
+        assert_error(api.get(f"/v1/sandboxes/{sid}/ports/{bad}/"), 400, "invalid_request")
+    start_server(api, sid)
+    assert_error(other.get(f"/v1/sandboxes/{sid}/ports/8000/"), 404, "not_found")
+    r = requests.get(f"{sbxd_daemon.url}/v1/sandboxes/{sid}/ports/8000/", timeout=10)
+    assert r.status_code == 401
+    # a paused sandbox is woken by the request
+    assert api.post(f"/v1/sandboxes/{sid}/pause").status_code == 200
+    r = api.get(f"/v1/sandboxes/{sid}/ports/8000/after-pause")
+    assert r.status_code == 200 and r.json()["path"] == "/after-pause", r.text
+    assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+    api.delete(f"/v1/sandboxes/{sid}")
+    assert_error(api.get(f"/v1/sandboxes/{sid}/ports/8000/"), 409, "conflict")
