@@ -246,8 +246,8 @@ out:
 
 int sbx_sandbox_network(sbx_daemon *d, sbx_box *b, sbx_net_policy *p, sbx_error *err)
 {
-    bool allow = sbx_net_policy_is_allowlist(p);
-    if (!p && !__atomic_load_n(&b->net_allowlist, __ATOMIC_RELAXED))
+    bool allow = sbx_net_policy_is_allowlist(p), open = sbx_net_policy_is_open(p);
+    if (!p && !__atomic_load_n(&b->net_allowlist, __ATOMIC_RELAXED) && !__atomic_load_n(&b->net_open, __ATOMIC_RELAXED))
         return 0; /* none, and it was none: nothing to do */
     json_t *js = sbx_net_policy_json(p);
     if (!p) {
@@ -260,8 +260,19 @@ int sbx_sandbox_network(sbx_daemon *d, sbx_box *b, sbx_net_policy *p, sbx_error 
         return -1;
     }
     __atomic_store_n(&b->net_allowlist, allow, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->net_open, open, __ATOMIC_RELAXED);
     sbx_store_box_set_network(d->store, b->id, js);
     json_decref(js);
+    if (open) {
+        /* names resolve through slirp4netns's DNS forwarder */
+        char *const argv[] = { "/bin/sh", "-c", "printf 'nameserver 10.0.2.3\\noptions timeout:2 attempts:2\\n' "
+                                                "> /etc/resolv.conf", NULL };
+        sbx_exec_opts o = { .argv = argv, .user = "0", .cwd = "/", .timeout_s = 10 };
+        int code = -1;
+        sbx_error e2 = { 0 };
+        if (sbx_box_exec(d, b, &o, &code, NULL, &e2) < 0 || code != 0)
+            sbx_log("warn", "event=resolv_conf_failed sandbox=%s error=\"%s\"", b->id, e2.msg);
+    }
     return 0;
 }
 

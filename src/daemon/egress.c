@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "egress.h"
 #include "log.h"
+#include "netopen.h"
 #include "../lib/cleanup.h"
 
 #include <arpa/inet.h>
@@ -39,7 +40,8 @@ typedef struct cidr {
 } cidr;
 
 struct sbx_net_policy {
-    bool allowlist;
+    bool allowlist, open;
+    char **cidr_text[2];     /* deny, allow: for netopen.c's rules */
     int refs;
     char **allow_dom, **deny_dom;
     size_t n_allow_dom, n_deny_dom;
@@ -57,6 +59,8 @@ void sbx_net_policy_free(sbx_net_policy *p)
         free(p->allow_dom[i]);
     for (size_t i = 0; i < p->n_deny_dom; i++)
         free(p->deny_dom[i]);
+    free(p->cidr_text[0]);
+    free(p->cidr_text[1]);
     free(p->allow_dom);
     free(p->deny_dom);
     free(p->allow_net);
@@ -77,6 +81,19 @@ bool sbx_net_policy_is_allowlist(const sbx_net_policy *p)
 {
     return p && p->allowlist;
 }
+
+bool sbx_net_policy_is_open(const sbx_net_policy *p)
+{
+    return p && p->open;
+}
+
+const char *const *sbx_net_policy_cidrs(const sbx_net_policy *p, bool allow, size_t *n)
+{
+    *n = allow ? p->n_allow_net : p->n_deny_net;
+    return (const char *const *) p->cidr_text[allow];
+}
+
+
 
 static bool parse_cidr(const char *s, cidr *c)
 {
@@ -176,12 +193,13 @@ int sbx_net_policy_parse(json_t *j, sbx_net_policy **out, sbx_error *err)
             }
         }
     }
-    if (!mode || (strcmp(mode, "none") && strcmp(mode, "allowlist"))) {
+    if (!mode || (strcmp(mode, "none") && strcmp(mode, "allowlist") && strcmp(mode, "open"))) {
         sbx_net_policy_free(p);
-        return sbx_error_set(err, EINVAL, "network mode must be \"none\" (loopback only) or \"allowlist\" (through "
-                                          "sbx's egress proxy)");
+        return sbx_error_set(err, EINVAL, "network mode must be \"none\" (loopback only), \"allowlist\" (through "
+                                          "sbx's egress proxy) or \"open\" (the internet, minus deny)");
     }
     p->allowlist = strcmp(mode, "allowlist") == 0;
+    p->open = strcmp(mode, "open") == 0;
     if (add_rules(json_object_get(j, "allow"), "allow", &p->allow_dom, &p->n_allow_dom, &p->allow_net,
                   &p->n_allow_net, err) < 0 ||
         add_rules(json_object_get(j, "deny"), "deny", &p->deny_dom, &p->n_deny_dom, &p->deny_net, &p->n_deny_net,
@@ -189,9 +207,21 @@ int sbx_net_policy_parse(json_t *j, sbx_net_policy **out, sbx_error *err)
         sbx_net_policy_free(p);
         return -1;
     }
-    if (!p->allowlist && (p->n_allow_dom || p->n_allow_net || p->n_deny_dom || p->n_deny_net)) {
+    if (!p->allowlist && !p->open && (p->n_allow_dom || p->n_allow_net || p->n_deny_dom || p->n_deny_net)) {
         sbx_net_policy_free(p);
         return sbx_error_set(err, EINVAL, "mode \"none\" takes no allow or deny rules");
+    }
+    if (p->open && (p->n_allow_dom || p->n_deny_dom)) {
+        sbx_net_policy_free(p);
+        return sbx_error_set(err, EINVAL, "mode \"open\" takes CIDR rules only (domains need names, which only "
+                                          "the allowlist's proxy sees)");
+    }
+    for (int k = 0; k < 2; k++) {
+        size_t n = k ? p->n_allow_net : p->n_deny_net;
+        cidr *c = k ? p->allow_net : p->deny_net;
+        p->cidr_text[k] = calloc(n + 1, sizeof *p->cidr_text[k]);
+        for (size_t i = 0; i < n && p->cidr_text[k]; i++)
+            p->cidr_text[k][i] = c[i].text;
     }
     *out = p;
     return 0;
@@ -199,8 +229,8 @@ int sbx_net_policy_parse(json_t *j, sbx_net_policy **out, sbx_error *err)
 
 json_t *sbx_net_policy_json(const sbx_net_policy *p)
 {
-    json_t *o = json_pack("{s:s}", "mode", p && p->allowlist ? "allowlist" : "none");
-    if (!p || !p->allowlist)
+    json_t *o = json_pack("{s:s}", "mode", p && p->allowlist ? "allowlist" : p && p->open ? "open" : "none");
+    if (!p || (!p->allowlist && !p->open))
         return o;
     json_t *allow = json_array(), *deny = json_array();
     for (size_t i = 0; i < p->n_allow_dom; i++)
@@ -246,6 +276,13 @@ static const char *const special_nets[] = {
     "64:ff9b:1::/48", "100::/64",     "2001:db8::/32", "fc00::/7",        "fe80::/10",      "fec0::/10",
     "ff00::/8",
 };
+static const size_t n_special_nets = sizeof special_nets / sizeof *special_nets;
+
+const char *const *sbx_net_special_ranges(size_t *n)
+{
+    *n = n_special_nets;
+    return special_nets;
+}
 
 static const char *special_range(int family, const unsigned char *a)
 {
@@ -320,6 +357,8 @@ typedef struct box_net {
     int fds[2];              /* HTTP, SOCKS5 listeners (in the sandbox's netns) */
     sbx_net_policy *policy;  /* guarded by lock */
     int active;              /* connections being served; guarded by lock */
+    pid_t slirp_pid;         /* mode open: its slirp4netns (netopen.c), else 0 */
+    int exit_fd;             /* closing it ends slirp4netns */
     struct box_net *next;
 } box_net;
 
@@ -438,65 +477,90 @@ static void unlink_box(box_net *b)
         }
 }
 
+static void teardown(box_net *b, pid_t pid)
+{
+    if (b->fds[0] >= 0)
+        close(b->fds[0]);
+    if (b->fds[1] >= 0)
+        close(b->fds[1]);
+    if (b->slirp_pid > 0)
+        sbx_netopen_stop(pid, b->slirp_pid, b->exit_fd);
+    put_policy(b->policy);
+    free(b);
+}
+
 int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy *p, sbx_error *err)
 {
-    bool want = sbx_net_policy_is_allowlist(p);
+    bool want_proxy = sbx_net_policy_is_allowlist(p), want_open = sbx_net_policy_is_open(p);
     pthread_mutex_lock(&lock);
     box_net *b = find_box(id);
-    if (b && want) { /* a new policy for the listeners it has */
+    if (b && want_proxy && b->fds[0] >= 0) { /* a new policy for the listeners it has */
         sbx_net_policy *old = b->policy;
         b->policy = p;
         pthread_mutex_unlock(&lock);
         put_policy(old);
         return 0;
     }
-    if (b && !want) {
-        unlink_box(b);
+    if (b && want_open && b->slirp_pid > 0) { /* new rules for the network it has */
+        pid_t sp = b->slirp_pid;
+        int fd = b->exit_fd;
         pthread_mutex_unlock(&lock);
-        poke(); /* the acceptor stops polling them; then they close */
-        close(b->fds[0]);
-        close(b->fds[1]);
-        put_policy(b->policy);
-        free(b);
-        put_policy(p);
+        if (sbx_netopen_start(pid, p, &sp, &fd, err) < 0) {
+            put_policy(p);
+            return -1;
+        }
+        pthread_mutex_lock(&lock);
+        sbx_net_policy *old = b->policy;
+        b->policy = p;
+        pthread_mutex_unlock(&lock);
+        put_policy(old);
         return 0;
     }
+    if (b)
+        unlink_box(b);
     pthread_mutex_unlock(&lock);
-    if (!want) {
+    if (b) {
+        poke(); /* the acceptor stops polling its listeners; then they close */
+        teardown(b, pid);
+    }
+    if (!want_proxy && !want_open) {
         put_policy(p);
         return 0;
-    }
-    struct listen_args a = { .pid = pid, .fds = { -1, -1 } };
-    pthread_t t;
-    if (pthread_create(&t, NULL, listen_in_netns, &a) != 0) {
-        put_policy(p);
-        return sbx_error_set(err, EAGAIN, "start the egress listener");
-    }
-    pthread_join(t, NULL);
-    if (a.err) {
-        put_policy(p);
-        return sbx_error_set(err, a.err, "listen on 127.0.0.1:%d/%d in sandbox %s", SBX_EGRESS_HTTP_PORT,
-                             SBX_EGRESS_SOCKS_PORT, id);
     }
     b = calloc(1, sizeof *b);
     snprintf(b->id, sizeof b->id, "%s", id);
     snprintf(b->key_id, sizeof b->key_id, "%s", key_id);
-    b->fds[0] = a.fds[0];
-    b->fds[1] = a.fds[1];
+    b->fds[0] = b->fds[1] = b->exit_fd = -1;
     b->policy = p;
-    pthread_mutex_lock(&lock);
-    box_net *dup = find_box(id); /* a racing set: keep one */
-    if (dup) {
-        pthread_mutex_unlock(&lock);
-        close(b->fds[0]);
-        close(b->fds[1]);
-        free(b);
-        return sbx_egress_set(id, key_id, pid, p, err);
+    if (want_proxy) {
+        struct listen_args a = { .pid = pid, .fds = { -1, -1 } };
+        pthread_t t;
+        if (pthread_create(&t, NULL, listen_in_netns, &a) != 0) {
+            teardown(b, 0);
+            return sbx_error_set(err, EAGAIN, "start the egress listener");
+        }
+        pthread_join(t, NULL);
+        if (a.err) {
+            teardown(b, 0);
+            return sbx_error_set(err, a.err, "listen on 127.0.0.1:%d/%d in sandbox %s", SBX_EGRESS_HTTP_PORT,
+                                 SBX_EGRESS_SOCKS_PORT, id);
+        }
+        b->fds[0] = a.fds[0];
+        b->fds[1] = a.fds[1];
+    } else if (sbx_netopen_start(pid, p, &b->slirp_pid, &b->exit_fd, err) < 0) {
+        teardown(b, pid);
+        return -1;
     }
+    pthread_mutex_lock(&lock);
+    box_net *dup = find_box(id); /* a racing set: the later one wins */
+    if (dup)
+        unlink_box(dup);
     b->next = boxes;
     boxes = b;
     pthread_mutex_unlock(&lock);
     poke();
+    if (dup)
+        teardown(dup, 0);
     return 0;
 }
 
@@ -760,13 +824,21 @@ out:
     }
 }
 
+/* The message goes in the body and in the reason phrase too: many clients
+ * (pip and requests: "403 Client Error: <reason>", curl -i, git with
+ * GIT_CURL_VERBOSE) show only the status line of a failed proxy answer. */
 static void http_reply(int fd, int status, const char *text, const char *msg)
 {
+    char reason[600];
+    snprintf(reason, sizeof reason, "%s (%s)", text, msg);
+    for (char *c = reason; *c; c++)
+        if ((unsigned char) *c < 0x20 || (unsigned char) *c > 0x7e)
+            *c = '?'; /* a reason phrase is printable ASCII */
     char out[2048]; /* one write: a client reading once gets it all */
     int n = snprintf(out, sizeof out,
                      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Sbx-Egress: %s\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
-                     status, text, status == 403 ? "denied" : "failed", strlen(msg) + 1, msg);
+                     status, reason, status == 403 ? "denied" : "failed", strlen(msg) + 1, msg);
     write_all(fd, out, (size_t) (n < (int) sizeof out ? n : (int) sizeof out - 1));
 }
 
@@ -1110,14 +1182,12 @@ void sbx_egress_stop(void)
     poke();
     pthread_join(acceptor, NULL);
     pthread_mutex_lock(&lock);
-    while (boxes) {
-        box_net *b = boxes;
-        boxes = b->next;
-        close(b->fds[0]);
-        close(b->fds[1]);
-        if (--b->policy->refs == 0)
-            sbx_net_policy_free(b->policy);
-        free(b);
-    }
+    box_net *all = boxes;
+    boxes = NULL;
     pthread_mutex_unlock(&lock);
+    while (all) { /* listeners closed, slirp4netns ended: nothing gets out without sbxd */
+        box_net *b = all;
+        all = b->next;
+        teardown(b, 0);
+    }
 }

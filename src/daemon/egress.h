@@ -33,12 +33,18 @@
 
 typedef struct sbx_net_policy sbx_net_policy;
 
-/* Parse {"mode": "none"|"allowlist", "allow": [...], "deny": [...]} (or
- * the string "none"): 0, or -1 with a message for a 400 in err. */
+/* Parse {"mode": "none"|"allowlist"|"open", "allow": [...], "deny": [...]}
+ * (or the string "none"): 0, or -1 with a message for a 400 in err.
+ * "open" (netopen.h) takes CIDR rules only. */
 int sbx_net_policy_parse(json_t *j, sbx_net_policy **out, sbx_error *err);
 /* Its JSON, as the API shows it. */
 json_t *sbx_net_policy_json(const sbx_net_policy *p);
 bool sbx_net_policy_is_allowlist(const sbx_net_policy *p);
+bool sbx_net_policy_is_open(const sbx_net_policy *p);
+/* Its deny (allow false) or allow CIDRs, as written; *n of them. */
+const char *const *sbx_net_policy_cidrs(const sbx_net_policy *p, bool allow, size_t *n);
+/* The ranges denied unless an allow CIDR names them. */
+const char *const *sbx_net_special_ranges(size_t *n);
 void sbx_net_policy_free(sbx_net_policy *p);
 
 /* The verdict for `host` (NULL for an address literal) at address

@@ -173,8 +173,9 @@ static void self_url(const char *bound, sbx_daemon *d)
     d->loopback = strncmp(bound, "127.", 4) == 0 || strncmp(bound, "[::1]:", 6) == 0;
 }
 
-/* After a restart: the sandboxes with an allowlist get their egress
- * listeners back (they died with the old sbxd: until now nothing got out). */
+/* After a restart: the sandboxes with a network get it back (their egress
+ * listeners and slirp4netns ended with the old sbxd: until now nothing got
+ * out). */
 static void reattach_networks(sbx_daemon *d)
 {
     size_t n;
@@ -184,10 +185,11 @@ static void reattach_networks(sbx_daemon *d)
         sbx_net_policy *p = NULL;
         sbx_error err = { 0 };
         if (sbx_store_box_get(d->store, boxes[i]->id, &row) == 1) {
-            if (row.network && sbx_net_policy_parse(row.network, &p, &err) == 0 && sbx_net_policy_is_allowlist(p) &&
-                sbx_sandbox_network(d, boxes[i], p, &err) < 0)
+            bool some = row.network && sbx_net_policy_parse(row.network, &p, &err) == 0 &&
+                        (sbx_net_policy_is_allowlist(p) || sbx_net_policy_is_open(p));
+            if (some && sbx_sandbox_network(d, boxes[i], p, &err) < 0)
                 sbx_log("error", "event=network_reattach_failed sandbox=%s error=\"%s\"", boxes[i]->id, err.msg);
-            else if (p && !sbx_net_policy_is_allowlist(p))
+            else if (!some)
                 sbx_net_policy_free(p);
             sbx_box_row_free(&row);
         }

@@ -48,6 +48,7 @@ typedef struct sbx_box {
      * under pause_lock (one pause or resume at a time) */
     bool paused;
     bool net_allowlist;       /* its network goes through the egress proxy: commands get the proxy envs */
+    bool net_open;            /* its network is open (slirp4netns, netopen.c) */
     int64_t paused_remaining_ms;
     pthread_mutex_t pause_lock;
     struct sbx_box *reap_next; /* on the reaper's queue */

@@ -229,7 +229,9 @@ class Sbxd:
             self.env["SBX_CGROUP_PARENT"] = self.cg_parent
         self.env.update(SBX_API_KEY=ENV_KEY, SBX_UID_BASE=str(API_UID_BASE),
                         # the egress proxy's test-only names (test_api_network.py): nothing leaves the machine
-                        SBX_TEST_EGRESS_HOSTS=EGRESS_TEST_HOSTS)
+                        SBX_TEST_EGRESS_HOSTS=EGRESS_TEST_HOSTS,
+                        # network mode open: 10.0.2.2 is this machine's loopback (test_api_network.py)
+                        SBX_TEST_OPEN_HOST_LOOPBACK="1")
         self.start()
 
     # -- process

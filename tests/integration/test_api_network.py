@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from sbxd_fixture import EGRESS_TEST_SERVER, assert_error
+from sbxd_fixture import EGRESS_TEST_SERVER, assert_error, init_pid
 
 ALLOW = {"mode": "allowlist", "allow": ["allowed.test", "*.allowed.test"]}
 PAGE = b"hello through the egress proxy\n"
@@ -63,11 +63,17 @@ def _serve(tls_dir=None, root=None):
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+def tls_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tls")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
                     "/CN=allowed.test", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
                    check=True, capture_output=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def servers(tls_dir):
+    d = tls_dir
     plain, tls = _serve(), _serve(tls_dir=str(d))
     yield plain.server_address[1], tls.server_address[1]
     plain.shutdown()
@@ -231,7 +237,7 @@ def test_fail_closed_when_sbxd_dies_and_back_after_restart(make_sbxd, servers):
 
 
 @pytest.mark.parametrize("net", [
-    "open", {"mode": "bogus"}, {"mode": "allowlist", "allow": "example.com"}, {"mode": "allowlist", "allow": [5]},
+    "wide-open", {"mode": "bogus"}, {"mode": "allowlist", "allow": "example.com"}, {"mode": "allowlist", "allow": [5]},
     {"mode": "allowlist", "allow": ["exa mple.com"]}, {"mode": "allowlist", "allow": ["10.0.0.0/33"]},
     {"mode": "allowlist", "allow": ["a.com"], "colour": 1}, {"mode": "none", "allow": ["a.com"]},
     {"mode": "allowlist", "allow": ["foo.*.com"]}, 7, None,
@@ -287,9 +293,140 @@ def test_cli_create_allow_and_net(api, sbxd_daemon, servers):
     assert run("exec", sid, "--", "curl", "-s", "-m", "5", f"http://allowed.test:{http_port}/")[0] != 0
     assert run("net", sid, "allow", "*.test", "--deny", "allowed.test")[:2] == \
         (0, "allowlist\n  allow: *.test\n  deny: allowed.test\n")
+    assert run("net", sid, "open", "10.0.2.2/32", "--deny", "203.0.113.0/24")[:2] == \
+        (0, "open\n  allow: 10.0.2.2/32\n  deny: 203.0.113.0/24\n")
+    code, _, err = run("net", sid, "open", "--deny", "evil.com")
+    assert code == 125 and "CIDR rules only" in err, err
     assert run("net", sid, "bogus")[0] == 2
     assert run("net", sid, "allow")[0] == 2
     code, _, err = run("create", "--allow", "not a domain")
     assert code == 125 and "neither a domain" in err, err
     assert run("create", "--deny", "x.com")[0] == 2
     api.delete(f"/v1/sandboxes/{sid}")
+
+
+
+def _loopback_server():
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.root = None
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_open_mode_reaches_out_with_the_deny_list_enforced(api):
+    """Mode open: a user-space network stack (slirp4netns), no proxy.  The
+    tests' sbxd lets it reach this machine's loopback as 10.0.2.2 (a test
+    setting): a private address, so only an explicit CIDR opens it."""
+    srv = _loopback_server()
+    port = srv.server_address[1]
+    try:
+        s = api.create(network={"mode": "open", "allow": ["10.0.2.2/32"], "deny": ["203.0.113.0/24", "1.1.1.1"]})
+        assert s["network"] == {"mode": "open", "allow": ["10.0.2.2/32"], "deny": ["203.0.113.0/24", "1.1.1.1"]}
+        sid = s["id"]
+        out = api.sh(sid, "cat /proc/net/route | awk 'NR>1 {print $1, $2}'; cat /etc/resolv.conf; env")
+        assert "eth0 00000000" in out and "nameserver 10.0.2.3" in out and "PROXY" not in out, out
+        code, body, err = curl(api, sid, [f"http://10.0.2.2:{port}/"])
+        assert (code, body) == (0, PAGE.decode()), err
+        # denied ranges fail at once, in the sandbox's own kernel: nothing is sent
+        for target in ("http://1.1.1.1/", "http://169.254.169.254/latest/meta-data/", "http://192.168.1.1/",
+                       "http://10.0.0.1/", "http://[::ffff:169.254.169.254]/", "http://100.64.0.1/"):
+            t0 = time.monotonic()
+            code, _, err = curl(api, sid, ["-m", "5", target])
+            assert code == 7 and time.monotonic() - t0 < 3, (target, code, err)
+        # a policy change applies at once
+        r = api.req("PATCH", f"/v1/sandboxes/{sid}/network", json={"mode": "open"})
+        assert r.status_code == 200, r.text
+        assert curl(api, sid, ["-m", "5", f"http://10.0.2.2:{port}/"])[0] == 7
+        r = api.req("PATCH", f"/v1/sandboxes/{sid}/network", json={"mode": "none"})
+        assert r.status_code == 200 and r.json()["network"] == {"mode": "none"}, r.text
+        assert "eth0" not in api.sh(sid, "cat /proc/net/dev")
+        r = api.req("PATCH", f"/v1/sandboxes/{sid}/network", json={"mode": "open", "allow": ["10.0.2.2/32"]})
+        assert curl(api, sid, [f"http://10.0.2.2:{port}/"])[:2] == (0, PAGE.decode())
+        api.delete(f"/v1/sandboxes/{sid}")
+        # open takes CIDR rules only: domains need the proxy
+        assert_error(api.create_raw({"network": {"mode": "open", "deny": ["evil.com"]}}), 400, "invalid_request")
+    finally:
+        srv.shutdown()
+
+
+def test_open_mode_fails_closed_without_sbxd(make_sbxd):
+    srv = _loopback_server()
+    port = srv.server_address[1]
+    d = make_sbxd()
+    c = d.client()
+    try:
+        sid = c.create(network={"mode": "open", "allow": ["10.0.2.2/32"]})["id"]
+        assert curl(c, sid, [f"http://10.0.2.2:{port}/"])[:2] == (0, PAGE.decode())
+        pid = str(init_pid(sid))
+
+        def slirps():
+            found = []
+            for p in os.listdir("/proc"):
+                try:
+                    argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                if argv and argv[0].endswith(b"slirp4netns") and pid.encode() in argv:
+                    found.append(p)
+            return found
+        assert len(slirps()) == 1
+        d.stop(sig=signal.SIGKILL)
+        # slirp4netns ends with sbxd (its exit fd): nothing gets out
+        deadline = time.monotonic() + 5
+        while slirps() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not slirps()
+        d.start()
+        assert len(slirps()) == 1
+        assert curl(c, sid, [f"http://10.0.2.2:{port}/"])[:2] == (0, PAGE.decode())  # back with the restart
+    finally:
+        srv.shutdown()
+
+
+def _wheel(path):
+    """A minimal pure-Python wheel: sbxdemo 1.0."""
+    import base64
+    import hashlib as hl
+    import zipfile
+    files = {"sbxdemo/__init__.py": b"VALUE = 42\n",
+             "sbxdemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: sbxdemo\nVersion: 1.0\n",
+             "sbxdemo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: sbx-test\nRoot-Is-Purelib: true\n"
+                                          b"Tag: py3-none-any\n"}
+    record = ""
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hl.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{name},sha256={digest},{len(data)}\n"
+    record += "sbxdemo-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr("sbxdemo-1.0.dist-info/RECORD", record)
+
+
+def test_pip_download_through_the_proxy_and_its_denial(api, tmp_path, tls_dir):
+    """pip against a local package index (PEP 503 simple index, over https
+    like PyPI): through the proxy when allowed; denied, pip's own error
+    says why."""
+    import hashlib as hl
+    root = tmp_path / "index"
+    (root / "simple" / "sbxdemo").mkdir(parents=True)
+    (root / "files").mkdir()
+    whl = root / "files" / "sbxdemo-1.0-py3-none-any.whl"
+    _wheel(whl)
+    sha = hl.sha256(whl.read_bytes()).hexdigest()
+    (root / "simple" / "sbxdemo" / "index.html").write_text(
+        f'<a href="../../files/{whl.name}#sha256={sha}">{whl.name}</a>\n')
+    srv = _serve(tls_dir=str(tls_dir), root=str(root))
+    try:
+        port = srv.server_address[1]
+        sid = api.create(network=ALLOW)["id"]
+        pip = "python3 -m pip download --no-deps --disable-pip-version-check --retries 1 --timeout 10 -d dl"
+        r = api.run(sid, f"{pip} --index-url https://allowed.test:{port}/simple --trusted-host allowed.test sbxdemo"
+                         " && ls dl")
+        assert r["exit_code"] == 0 and whl.name in r["stdout"], r
+        r = api.run(sid, f"{pip} --index-url https://other.test:{port}/simple --trusted-host other.test sbxdemo")
+        assert r["exit_code"] != 0, r
+        said = r["stdout"] + r["stderr"]
+        assert "denied by sandbox network policy (not in allowlist)" in said, said
+    finally:
+        srv.shutdown()

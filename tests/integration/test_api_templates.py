@@ -568,7 +568,7 @@ def test_run_steps_get_the_network_the_spec_allows(api):
         assert "403" in r.json()["error"]["output"], r.text
         r = build(api, name, {"from": "base", "steps": [{"run": f"curl -sSf -m 5 http://allowed.test:{port}/pkg"}]})
         assert_error(r, 422, "build_failed")   # no network unless the spec says so
-        assert_error(build(api, name, {"from": "base", "build": {"network": {"mode": "open"}}}), 400, "invalid_request")
+        assert_error(build(api, name, {"from": "base", "build": {"network": {"mode": "wide"}}}), 400, "invalid_request")
         assert t
     finally:
         srv.shutdown()

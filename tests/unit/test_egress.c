@@ -44,7 +44,8 @@ static bool allows(const sbx_net_policy *p, const char *host, const char *addr, 
 static void parsing(void **state)
 {
     (void) state;
-    const char *good[] = { "\"none\"", "{\"mode\":\"none\"}", "{\"mode\":\"allowlist\"}",
+    const char *good[] = { "\"none\"", "{\"mode\":\"none\"}", "{\"mode\":\"allowlist\"}", "\"open\"",
+                           "{\"mode\":\"open\",\"allow\":[\"10.0.2.2/32\"],\"deny\":[\"203.0.113.0/24\"]}",
                            "{\"mode\":\"allowlist\",\"allow\":[\"a.com\",\"*.b.org\",\"10.0.0.0/8\",\"::1\"],"
                            "\"deny\":[\"c.a.com\",\"2001:db8::/32\"]}" };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
@@ -52,7 +53,7 @@ static void parsing(void **state)
         assert_non_null(p);
         sbx_net_policy_free(p);
     }
-    const char *bad[] = { "\"open\"", "7", "null", "{}", "{\"mode\":\"x\"}", "{\"mode\":\"allowlist\",\"allow\":\"a\"}",
+    const char *bad[] = { "\"wide\"", "{\"mode\":\"open\",\"deny\":[\"a.com\"]}", "7", "null", "{}", "{\"mode\":\"x\"}", "{\"mode\":\"allowlist\",\"allow\":\"a\"}",
                           "{\"mode\":\"allowlist\",\"allow\":[\"a b\"]}", "{\"mode\":\"allowlist\",\"allow\":[\"1.2.3.4/33\"]}",
                           "{\"mode\":\"allowlist\",\"allow\":[\"a.*.com\"]}", "{\"mode\":\"none\",\"deny\":[\"a.com\"]}",
                           "{\"mode\":\"allowlist\",\"x\":1}", "{\"mode\":\"allowlist\",\"allow\":[\"\"]}" };

@@ -797,13 +797,15 @@ static const struct option net_options[] = {
 
 static const sbx_cli_verb net_verb = {
     .name = "net",
-    .usage = "sbx net ID [none | allow RULE... [--deny RULE]...]",
+    .usage = "sbx net ID [none | allow RULE... | open [CIDR...]] [--deny RULE]...",
     .help = "\n"
             "Show sandbox ID's network policy, or change it (at once, for new connections):\n"
             "  none                  nothing gets out (loopback only)\n"
             "  allow RULE...         only these domains (example.com, *.example.com) and CIDRs, through\n"
             "                        sbxd's egress proxy; private and metadata addresses need a CIDR\n"
-            "  --deny RULE           never this domain or CIDR (repeatable; wins over allow)\n"
+            "  open [CIDR...]        the internet through a user-space network stack; private, loopback and\n"
+            "                        metadata addresses stay denied unless a CIDR names them\n"
+            "  --deny RULE           never this domain or CIDR (repeatable; wins; open: CIDRs only)\n"
             "Egress attempts: `--json` ... GET /v1/sandboxes/ID/events?type=net (docs/api.md).\n",
     .longopts = net_options,
     .stop_after = -1,
@@ -846,13 +848,15 @@ int sbx_client_net(sbx_cli *cli, int argc, char **argv)
     _cleanup_json_ json_t *body = NULL;
     if (a.npos >= 2 && strcmp(a.pos[1], "none") == 0 && a.npos == 2 && !json_array_size(deny)) {
         body = json_pack("{s:s}", "mode", "none");
-    } else if (a.npos >= 3 && strcmp(a.pos[1], "allow") == 0) {
+    } else if ((a.npos >= 3 && strcmp(a.pos[1], "allow") == 0) || (a.npos >= 2 && strcmp(a.pos[1], "open") == 0)) {
         _cleanup_json_ json_t *allow = json_array();
         for (int i = 2; i < a.npos; i++)
             json_array_append_new(allow, json_string(a.pos[i]));
         body = allowlist(allow, deny);
+        if (strcmp(a.pos[1], "open") == 0)
+            json_object_set_new(body, "mode", json_string("open"));
     } else if (a.npos > 1 || json_array_size(deny)) {
-        sbx_error_set(&err, 0, "use `none`, or `allow RULE...` with at least one rule");
+        sbx_error_set(&err, 0, "use `none`, `allow RULE...` (at least one rule) or `open [CIDR...]`");
         return sbx_cli_usage_error(&net_verb, &err);
     }
     sbx_http *h = sbx_cli_http(cli, &err);
