@@ -8,8 +8,10 @@
  * hop-by-hop ones and its Authorization (the API key is sbx's, not the
  * server's), the body streamed (chunked when the client's has no
  * length).  The answer's head is read with http_parser, its body
- * de-chunked by it and streamed back as it comes.  WebSocket upgrades are
- * not proxied (yet). */
+ * de-chunked by it and streamed back as it comes.  An upgrade (WebSocket,
+ * or any protocol) is passed on: Upgrade and Connection go to the server,
+ * and if it answers 101 the two connections are joined byte for byte
+ * (libmicrohttpd hands over the client's socket). */
 #define _GNU_SOURCE
 #include "api.h"
 #include "egress.h"
@@ -45,6 +47,7 @@ typedef struct port_ctx {
     char *out;           /* body bytes for the reader */
     size_t out_len, out_cap;
     bool is_head;
+    bool upgrade;        /* the client asked for a protocol upgrade */
 } port_ctx;
 
 static void port_ctx_free(void *p)
@@ -164,6 +167,8 @@ void sbx_api_port_begin(sbx_req *r)
     const char *cl = sbx_header(r, "Content-Length"), *te = sbx_header(r, "Transfer-Encoding");
     c->chunked = !cl && te;
     c->is_head = strcmp(r->method, "HEAD") == 0;
+    const char *up = sbx_header(r, "Upgrade");
+    c->upgrade = up && *up && !strpbrk(up, "\r\n");
     char *req = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&req, &len);
@@ -183,7 +188,10 @@ void sbx_api_port_begin(sbx_req *r)
         fprintf(f, "Content-Length: %s\r\n", cl);
     else if (c->chunked)
         fprintf(f, "Transfer-Encoding: chunked\r\n");
-    fprintf(f, "Connection: close\r\n\r\n");
+    if (c->upgrade)
+        fprintf(f, "Upgrade: %s\r\nConnection: Upgrade\r\n\r\n", up);
+    else
+        fprintf(f, "Connection: close\r\n\r\n");
     fclose(f);
     if (!req || write_all(fd, req, len) < 0) {
         c->failed = true;
@@ -283,6 +291,12 @@ static ssize_t pump(port_ctx *c, int timeout_ms)
     if (n < 0)
         return -1;
     size_t got = http_parser_execute(&c->p, &c->s, buf, (size_t) n); /* n == 0: EOF, which ends a body */
+    if (c->p.upgrade && c->headers_done) {
+        /* what follows the 101 head is the new protocol's: keep it */
+        if (got < (size_t) n && on_body(&c->p, buf + got, (size_t) n - got) != 0)
+            return -1;
+        return n;
+    }
     if (got != (size_t) n && HTTP_PARSER_ERRNO(&c->p) != HPE_OK && !c->done)
         return -1;
     return n;
@@ -309,6 +323,23 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max)
     memmove(c->out, c->out + n, c->out_len - n);
     c->out_len -= n;
     return (ssize_t) n;
+}
+
+/* After a 101: the client's socket and the server's, joined. */
+static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra_in,
+                       size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+    (void) conn;
+    (void) con_cls;
+    port_ctx *c = cls;
+    bool ok = (!c->out_len || write_all(sock, c->out, c->out_len) == 0) &&
+              (!extra_in_size || write_all(c->fd, extra_in, extra_in_size) == 0);
+    if (ok) {
+        uint64_t up = 0, down = 0;
+        sbx_relay(sock, c->fd, &up, &down);
+    }
+    port_ctx_free(c);
+    MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 }
 
 void sbx_api_port(sbx_req *r)
@@ -342,14 +373,20 @@ void sbx_api_port(sbx_req *r)
         }
     }
     flush_header(c);
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, body_reader, c,
-                                                                  port_ctx_free);
+    bool switching = c->p.status_code == 101 && c->upgrade;
+    struct MHD_Response *resp = switching ? MHD_create_response_for_upgrade(on_upgrade, c)
+                                          : MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, body_reader,
+                                                                              c, port_ctx_free);
     size_t i;
     json_t *h;
     json_array_foreach(c->headers, i, h)
         MHD_add_response_header(resp, json_string_value(json_array_get(h, 0)), json_string_value(json_array_get(h, 1)));
+    if (switching) {
+        const char *up = sbx_header(r, "Upgrade");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, up ? up : "websocket");
+    }
     unsigned status = c->p.status_code;
-    r->ctx = NULL; /* the response owns it now */
+    r->ctx = NULL; /* the response (or the upgrade handler) owns it now */
     r->ctx_free = NULL;
     sbx_reply_response(r, status, resp);
 }

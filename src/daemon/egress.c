@@ -382,21 +382,44 @@ struct listen_args {
     int err;
 };
 
-/* In a thread of its own: enter the sandbox's network namespace, make the
- * listeners there, and end (the thread's namespace goes with it). */
-static void *listen_in_netns(void *arg)
+struct netns_run {
+    pid_t pid;
+    void (*fn)(void *);
+    void *arg;
+    int err;
+};
+
+static void *netns_thread(void *arg)
 {
-    struct listen_args *a = arg;
+    struct netns_run *r = arg;
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/ns/net", (int) a->pid);
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int) r->pid);
     int ns = open(path, O_RDONLY | O_CLOEXEC);
     if (ns < 0 || setns(ns, CLONE_NEWNET) < 0) {
-        a->err = errno;
+        r->err = errno;
         if (ns >= 0)
             close(ns);
         return NULL;
     }
     close(ns);
+    r->fn(r->arg);
+    return NULL;
+}
+
+int sbx_netns_run(pid_t pid, void (*fn)(void *), void *arg)
+{
+    struct netns_run r = { pid, fn, arg, 0 };
+    pthread_t t;
+    if (pthread_create(&t, NULL, netns_thread, &r) != 0)
+        return EAGAIN;
+    pthread_join(t, NULL);
+    return r.err;
+}
+
+/* The two listeners, made inside the sandbox's namespace (sbx_netns_run). */
+static void listen_in_netns(void *arg)
+{
+    struct listen_args *a = arg;
     const int ports[2] = { SBX_EGRESS_HTTP_PORT, SBX_EGRESS_SOCKS_PORT };
     for (int i = 0; i < 2; i++) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -410,11 +433,10 @@ static void *listen_in_netns(void *arg)
                 close(fd);
             if (i == 1)
                 close(a->fds[0]);
-            return NULL;
+            return;
         }
         a->fds[i] = fd;
     }
-    return NULL;
 }
 
 struct dial_args {
@@ -422,19 +444,9 @@ struct dial_args {
     int port, fd, err;
 };
 
-static void *dial_in_netns(void *arg)
+static void dial_in_netns(void *arg)
 {
     struct dial_args *a = arg;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/ns/net", (int) a->pid);
-    int ns = open(path, O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || setns(ns, CLONE_NEWNET) < 0) {
-        a->err = errno;
-        if (ns >= 0)
-            close(ns);
-        return NULL;
-    }
-    close(ns);
     a->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) a->port),
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -445,16 +457,14 @@ static void *dial_in_netns(void *arg)
             close(a->fd);
         a->fd = -1;
     }
-    return NULL;
 }
 
 int sbx_netns_connect(pid_t pid, int port, sbx_error *err)
 {
     struct dial_args a = { .pid = pid, .port = port, .fd = -1 };
-    pthread_t t;
-    if (pthread_create(&t, NULL, dial_in_netns, &a) != 0)
-        return sbx_error_set(err, EAGAIN, "thread");
-    pthread_join(t, NULL);
+    int e = sbx_netns_run(pid, dial_in_netns, &a);
+    if (e)
+        return sbx_error_set(err, e, "enter the network namespace of sandbox process %d", (int) pid);
     if (a.fd < 0)
         return sbx_error_set(err, a.err, "connect to 127.0.0.1:%d in the sandbox", port);
     return a.fd;
@@ -534,12 +544,9 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
     b->policy = p;
     if (want_proxy) {
         struct listen_args a = { .pid = pid, .fds = { -1, -1 } };
-        pthread_t t;
-        if (pthread_create(&t, NULL, listen_in_netns, &a) != 0) {
-            teardown(b, 0);
-            return sbx_error_set(err, EAGAIN, "start the egress listener");
-        }
-        pthread_join(t, NULL);
+        int e = sbx_netns_run(pid, listen_in_netns, &a);
+        if (e)
+            a.err = e;
         if (a.err) {
             teardown(b, 0);
             return sbx_error_set(err, a.err, "listen on 127.0.0.1:%d/%d in sandbox %s", SBX_EGRESS_HTTP_PORT,
@@ -784,7 +791,7 @@ static bool way_step(struct way *w, short rev_from, short rev_to)
     return true;
 }
 
-static void relay(int a, int b, uint64_t *up, uint64_t *down)
+void sbx_relay(int a, int b, uint64_t *up, uint64_t *down)
 {
     struct way w[2] = { { a, b, { -1, -1 }, 0, true, up }, { b, a, { -1, -1 }, 0, true, down } };
     for (int i = 0; i < 2; i++) {
@@ -984,7 +991,7 @@ static void serve_http(conn *c)
             bytes_up += rl + extra;
         free(req);
     }
-    relay(c->fd, up, &bytes_up, &bytes_down);
+    sbx_relay(c->fd, up, &bytes_up, &bytes_down);
     close(up);
     event(c, proto, host, addr, port, true, NULL, bytes_up, bytes_down);
 out:
@@ -1051,7 +1058,7 @@ static void serve_socks(conn *c)
     uint64_t bytes_up = 0, bytes_down = 0;
     if (have > need && write_all(up, b + need, have - need) == 0)
         bytes_up += have - need;
-    relay(c->fd, up, &bytes_up, &bytes_down);
+    sbx_relay(c->fd, up, &bytes_up, &bytes_down);
     close(up);
     event(c, "socks5", host, addr, port, true, NULL, bytes_up, bytes_down);
 }

@@ -68,10 +68,19 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
 /* The sandbox ended: close its listeners. */
 void sbx_egress_forget(const char *id);
 
+/* Run fn(arg) in a thread that has entered the network namespace of
+ * process pid, and wait for it: 0, or the errno of entering.  Sockets made
+ * there stay in that namespace; the thread (and its namespace) ends. */
+int sbx_netns_run(pid_t pid, void (*fn)(void *), void *arg);
+
 /* A TCP connection to 127.0.0.1:port inside the network namespace of
  * process pid (a sandbox's server, for GET .../ports/PORT/): the fd, or
  * -1 with err (ECONNREFUSED: nothing listens there). */
 int sbx_netns_connect(pid_t pid, int port, sbx_error *err);
+
+/* Copy bytes both ways between sockets a and b until both sides are done
+ * (splice through a pipe per direction); bytes counted a->b, b->a. */
+void sbx_relay(int a, int b, uint64_t *up, uint64_t *down);
 
 /* The environment every command of an allowlist sandbox gets. */
 void sbx_egress_envs(json_t *env);

@@ -27,8 +27,6 @@
 #include <fcntl.h>
 #include <nftables/libnftables.h>
 #include <poll.h>
-#include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -40,31 +38,21 @@
 extern char **environ;
 
 struct nft_args {
-    pid_t pid;
     const char *ruleset;
     int err;
     char msg[512];
 };
 
-static void *nft_in_netns(void *arg)
+/* In the sandbox's namespace (sbx_netns_run): libnftables talks netlink
+ * from the calling thread's namespace. */
+static void nft_in_netns(void *arg)
 {
     struct nft_args *a = arg;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/ns/net", (int) a->pid);
-    int ns = open(path, O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || setns(ns, CLONE_NEWNET) < 0) {
-        a->err = errno;
-        snprintf(a->msg, sizeof a->msg, "enter the sandbox's network namespace: %s", strerror(errno));
-        if (ns >= 0)
-            close(ns);
-        return NULL;
-    }
-    close(ns);
     struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
     if (!nft) {
         a->err = ENOMEM;
         snprintf(a->msg, sizeof a->msg, "nftables context");
-        return NULL;
+        return;
     }
     nft_ctx_buffer_error(nft);
     if (nft_run_cmd_from_buffer(nft, a->ruleset) != 0) {
@@ -74,16 +62,14 @@ static void *nft_in_netns(void *arg)
         a->msg[strcspn(a->msg, "\n")] = '\0';
     }
     nft_ctx_free(nft);
-    return NULL;
 }
 
 static int run_nft(pid_t pid, const char *ruleset, sbx_error *err)
 {
-    struct nft_args a = { .pid = pid, .ruleset = ruleset };
-    pthread_t t;
-    if (pthread_create(&t, NULL, nft_in_netns, &a) != 0)
-        return sbx_error_set(err, EAGAIN, "thread");
-    pthread_join(t, NULL);
+    struct nft_args a = { .ruleset = ruleset };
+    int e = sbx_netns_run(pid, nft_in_netns, &a);
+    if (e)
+        return sbx_error_set(err, e, "enter the sandbox's network namespace");
     return a.err ? sbx_error_set(err, 0, "%s", a.msg) : 0;
 }
 

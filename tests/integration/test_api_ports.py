@@ -95,3 +95,63 @@ def test_errors_and_access(api, other, sbxd_daemon):
     assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
     api.delete(f"/v1/sandboxes/{sid}")
     assert_error(api.get(f"/v1/sandboxes/{sid}/ports/8000/"), 409, "conflict")
+
+
+UPGRADE_SERVER = r'''
+import socket, sys, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    head, rest = head.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    hdr = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip() for l in lines[1:]}
+    if hdr.get("upgrade") != "echo" or "upgrade" not in hdr.get("connection", "").lower():
+        c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        return c.close()
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nready\n" + rest)
+    while True:
+        d = c.recv(4096)
+        if not d:
+            break
+        c.sendall(d.upper())
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+'''
+
+
+def test_protocol_upgrade_is_joined_byte_for_byte(api, sbxd_daemon):
+    """An Upgrade request (WebSocket or any protocol): the 101 and then
+    the raw bytes both ways, as the server in the sandbox sends them."""
+    import socket
+    import time
+    from urllib.parse import urlparse
+    sid = api.create()["id"]
+    api.put_file(sid, "up.py", UPGRADE_SERVER.encode())
+    api.background(sid, "python3 up.py 8002")
+    time.sleep(0.5)
+    u = urlparse(sbxd_daemon.url)
+    s = socket.create_connection((u.hostname, u.port), timeout=10)
+    s.sendall(f"GET /v1/sandboxes/{sid}/ports/8002/chat HTTP/1.1\r\nHost: {u.netloc}\r\n"
+              f"Authorization: Bearer {api.key}\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n".encode())
+    data = b""
+    while b"ready\n" not in data:
+        chunk = s.recv(4096)
+        assert chunk, data
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 101"), data
+    assert b"upgrade: echo" in data.lower(), data
+    s.sendall(b"hello \x00\xff sandbox")
+    got = b""
+    while len(got) < len(b"hello \x00\xff sandbox"):
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got == b"HELLO \x00\xff SANDBOX", got
+    s.close()
