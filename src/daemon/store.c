@@ -54,7 +54,8 @@ static const char SCHEMA[] =
     "CREATE INDEX IF NOT EXISTS commands_box ON commands(sandbox_id, pid);"
     "CREATE TABLE IF NOT EXISTS events("
     "  id INTEGER PRIMARY KEY, at INTEGER NOT NULL, sandbox_id TEXT, key_id TEXT, kind TEXT NOT NULL,"
-    "  detail TEXT);";
+    "  detail TEXT);"
+    "CREATE INDEX IF NOT EXISTS events_box ON events(sandbox_id, kind, id);";
 
 int64_t sbx_now_wall_ms(void)
 {
@@ -462,10 +463,26 @@ int sbx_store_cmd_end(sbx_store *st, const char *box, int pid, int exit_code, in
                                         "iiisi", now_ms, (int64_t) exit_code, (int64_t) sig, box, (int64_t) pid)));
 }
 
+/* A sandbox keeps its newest events of a kind, this many (and up to
+ * TRIM_EVERY more between trims): a chatty
+ * sandbox (every proxied connection is one) cannot grow the database
+ * without end.  The trim runs every TRIM_EVERY inserts of any sandbox. */
+#define EVENTS_KEPT 10000
+#define TRIM_EVERY 1000
+
 void sbx_store_event(sbx_store *st, const char *box, const char *key_id, const char *kind, const char *detail)
 {
-    LOCKED(st, exec_stmt(st, run(st, "INSERT INTO events(at, sandbox_id, key_id, kind, detail) VALUES(?,?,?,?,?)",
-                                 "issss", sbx_now_wall_ms(), box, key_id, kind, detail)));
+    pthread_mutex_lock(&st->lock);
+    int64_t id = exec_stmt(st, run(st, "INSERT INTO events(at, sandbox_id, key_id, kind, detail) VALUES(?,?,?,?,?)",
+                                   "issss", sbx_now_wall_ms(), box, key_id, kind, detail)) > 0
+                     ? sqlite3_last_insert_rowid(st->db)
+                     : 0;
+    if (id && box && id % TRIM_EVERY == 0)
+        exec_stmt(st, run(st,
+                          "DELETE FROM events WHERE sandbox_id = ?1 AND kind = ?2 AND id < (SELECT id FROM events "
+                          "WHERE sandbox_id = ?1 AND kind = ?2 ORDER BY id DESC LIMIT 1 OFFSET ?3)",
+                          "ssi", box, kind, (int64_t) EVENTS_KEPT - 1));
+    pthread_mutex_unlock(&st->lock);
 }
 
 json_t *sbx_store_usage(sbx_store *st, const char *key_id, int64_t now_ms)

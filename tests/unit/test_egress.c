@@ -1,6 +1,8 @@
 /* Unit tests of network policies (src/daemon/egress.c): parsing, and the
  * verdict for every kind of destination the proxy can be asked for. */
 #include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +12,7 @@
 #include <cmocka.h>
 
 #include "../../src/daemon/egress.h"
+#include "../../src/daemon/store.h"
 
 static sbx_net_policy *policy(const char *json)
 {
@@ -110,8 +113,37 @@ static void verdicts(void **state)
     sbx_net_policy_free(p);
 }
 
+/* Every proxied connection is an event: a sandbox keeps about its newest
+ * 10,000 of a kind, the others' are untouched. */
+static void events_are_capped(void **state)
+{
+    (void) state;
+    char dir[] = "/tmp/sbx-test-events-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/db", dir);
+    sbx_store *st;
+    sbx_error err = { 0 };
+    assert_int_equal(sbx_store_open(&st, path, &err), 0);
+    sbx_store_event(st, "other", "k", "net", "{}");
+    for (int i = 0; i < 12000; i++)
+        sbx_store_event(st, "chatty", "k", "net", i == 11999 ? "{\"last\":true}" : "{}");
+    json_t *evs = sbx_store_events(st, "chatty", "net", 20000);
+    size_t n = json_array_size(evs); /* trimmed every 1,000 inserts: 10,000 to 10,999 */
+    assert_true(n >= 10000 && n < 11000);
+    assert_true(json_is_true(json_object_get(json_object_get(json_array_get(evs, n - 1), "detail"), "last")));
+    json_decref(evs);
+    evs = sbx_store_events(st, "other", NULL, 10);
+    assert_int_equal(json_array_size(evs), 1);
+    json_decref(evs);
+    sbx_store_close(st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = { cmocka_unit_test(parsing), cmocka_unit_test(verdicts) };
+    const struct CMUnitTest tests[] = { cmocka_unit_test(parsing), cmocka_unit_test(verdicts),
+                                        cmocka_unit_test(events_are_capped) };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
