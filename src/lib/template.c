@@ -164,7 +164,10 @@ static int ensure_base(const char *home, uid_t uid_base, sbx_error *err)
     if (r < 0)
         return sbx_error_set(err, -r, "create %s (set SBX_HOME to a writable directory)", tdir);
     char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s/.base.tmp.%d", tdir, (int) getpid());
+    /* private to this thread: sbxd's threads may all make their first
+     * sandbox at once (a name per process made them destroy each other's
+     * copy: found by sbx fuzz) */
+    snprintf(tmp, sizeof tmp, "%s/.base.tmp.%d.%ld", tdir, (int) getpid(), (long) syscall(SYS_gettid));
     nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     if (generate_base(tmp, uid_base, err) < 0) {
         nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -213,7 +213,7 @@ static const struct {
     { "exec", sbx_client_exec },     { "cp", sbx_client_cp },           { "shell", sbx_client_shell },
     { "pause", sbx_client_pause },   { "resume", sbx_client_resume },   { "mcp", sbx_client_mcp },
     { "snapshot", sbx_client_snapshot }, { "fork", sbx_client_fork },     { "template", sbx_client_template },
-    { "net", sbx_client_net },
+    { "net", sbx_client_net },       { "fuzz", sbx_client_fuzz },
 };
 
 static const sbx_cli_verb top = {
@@ -221,7 +221,7 @@ static const sbx_cli_verb top = {
     .usage = "sbx [--url URL] [--key KEY] [--json] VERB [ARGS...]",
     .help = "\n"
             "Verbs talking to sbxd: create, ls, info, exec, cp, shell, kill, pause, resume, snapshot, fork,\n"
-            "template, net, timeout, metrics, mcp\n"
+            "template, net, timeout, metrics, mcp, fuzz\n"
             "(`sbx VERB --help`).\n"
             "`sbx help` lists every verb.\n",
     .stop_after = 0,

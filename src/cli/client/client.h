@@ -96,5 +96,6 @@ int sbx_client_shell(sbx_cli *cli, int argc, char **argv);
 int sbx_client_mcp(sbx_cli *cli, int argc, char **argv); /* mcp_stdio.c */
 int sbx_client_template(sbx_cli *cli, int argc, char **argv); /* templates.c */
 int sbx_client_net(sbx_cli *cli, int argc, char **argv);
+int sbx_client_fuzz(sbx_cli *cli, int argc, char **argv); /* src/fuzz/main.c */
 
 #endif

@@ -1,0 +1,212 @@
+/* domain_fs.c - files: written through the API, checked inside with the
+ * sandbox's own tools and read back; odd names, deep trees, many files,
+ * appends, truncation, renames, deletes. */
+#define _GNU_SOURCE
+#include "fuzz.h"
+#include "../lib/cleanup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A file name a user could pick: plain, with spaces, unicode, a leading
+ * dash, or long (up to 255 bytes). */
+static void odd_name(fz_ctx *c, char *out, size_t len)
+{
+    static const char *const kinds[] = { "plain", "with space", "ünïcödé-名前", "-leading-dash", "dots.in.name",
+                                         "UPPER_lower", "tab\tin" };
+    int k = (int) fz_below(&c->rng, 8);
+    if (k == 7) { /* 255 bytes, the most a name may have */
+        size_t n = len - 1 < 255 ? len - 1 : 255;
+        for (size_t i = 0; i < n; i++)
+            out[i] = (char) ('a' + fz_below(&c->rng, 26));
+        out[n] = '\0';
+        return;
+    }
+    snprintf(out, len, "%s-%llu", kinds[k], (unsigned long long) fz_below(&c->rng, 100000));
+}
+
+/* Single-quote s for sh. */
+static char *shq(const char *s)
+{
+    size_t n = strlen(s);
+    char *q = malloc(4 * n + 3), *p = q;
+    *p++ = '\'';
+    for (; *s; s++) {
+        if (*s == '\'') {
+            memcpy(p, "'\\''", 4);
+            p += 4;
+        } else {
+            *p++ = *s;
+        }
+    }
+    *p++ = '\'';
+    *p = '\0';
+    return q;
+}
+
+/* The SHA-256 of path as the sandbox computes it; -1 if it cannot. */
+static int inside_sha(fz_ctx *c, const char *path, char hex[65])
+{
+    _cleanup_free_ char *q = shq(path);
+    _cleanup_free_ char *cmd = NULL;
+    if (asprintf(&cmd, "sha256sum -- %s", q) < 0)
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    int code;
+    _cleanup_free_ char *out = NULL, *err = NULL;
+    size_t ol, el;
+    if (fz_exec(c, cmd, &code, &out, &ol, &err, &el) < 0)
+        return -1;
+    if (code != 0)
+        return fz_fail(c, FZ_SANDBOX, "%s is not in the sandbox after an upload that succeeded: %s", path, err);
+    if (ol < 64)
+        return fz_fail(c, FZ_INTERFACE, "sha256sum printed %zu bytes", ol);
+    memcpy(hex, out, 64);
+    hex[64] = '\0';
+    return 0;
+}
+
+/* Upload, check inside, download: the three hashes must agree. */
+static int round_trip(fz_ctx *c, const char *path, const uint8_t *data, size_t len)
+{
+    char want[65], in[65], back[65];
+    fz_sha256(data, len, want);
+    if (fz_put(c, path, data, len) < 0)
+        return -1;
+    if (inside_sha(c, path, in) < 0)
+        return -1;
+    _cleanup_free_ char *got = NULL;
+    size_t got_len;
+    if (fz_get(c, path, &got, &got_len) < 0)
+        return -1;
+    fz_sha256(got, got_len, back);
+    if (strcmp(in, want) != 0)
+        return fz_fail(c, FZ_INTERFACE, "%s: uploaded %zu bytes sha256 %s, the sandbox has sha256 %s", path, len, want,
+                       in);
+    if (strcmp(back, want) != 0)
+        return fz_fail(c, FZ_INTERFACE, "%s: the sandbox has the right bytes, the download gave %zu bytes sha256 %s",
+                       path, got_len, back);
+    return 0;
+}
+
+static int write_read(fz_ctx *c)
+{
+    char name[300], path[700];
+    odd_name(c, name, sizeof name);
+    snprintf(path, sizeof path, "/home/user/w%llu/%s", (unsigned long long) fz_below(&c->rng, 1000), name);
+    size_t len = (size_t) fz_below(&c->rng, 65536);
+    uint8_t *data = malloc(len + 1);
+    fz_bytes(&c->rng, data, len);
+    int r = round_trip(c, path, data, len);
+    free(data);
+    return r;
+}
+
+static int deep_tree(fz_ctx *c)
+{
+    int depth = 5 + (int) fz_below(&c->rng, 30);
+    char path[4096] = "/home/user/deep";
+    for (int i = 0; i < depth; i++) {
+        size_t l = strlen(path);
+        snprintf(path + l, sizeof path - l, "/d%d", (int) fz_below(&c->rng, 100));
+    }
+    size_t l = strlen(path);
+    snprintf(path + l, sizeof path - l, "/leaf.bin");
+    uint8_t data[512];
+    fz_bytes(&c->rng, data, sizeof data);
+    if (round_trip(c, path, data, sizeof data) < 0)
+        return -1;
+    int code;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c, "find /home/user/deep -type f | wc -l", &code, &out, &ol, NULL, NULL) < 0)
+        return -1;
+    if (code != 0 || atoi(out) != 1)
+        return fz_fail(c, FZ_SANDBOX, "find sees %s files under the deep tree, 1 was written", out);
+    return 0;
+}
+
+static int many_small(fz_ctx *c)
+{
+    int n = 20 + (int) fz_below(&c->rng, 40);
+    for (int i = 0; i < n; i++) {
+        char path[128], data[64];
+        snprintf(path, sizeof path, "/home/user/many/f%03d.txt", i);
+        int len = snprintf(data, sizeof data, "file %d of %d\n", i, n);
+        if (fz_put(c, path, data, (size_t) len) < 0)
+            return -1;
+    }
+    int code;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c, "ls /home/user/many | wc -l; cat /home/user/many/f000.txt", &code, &out, &ol, NULL, NULL) < 0)
+        return -1;
+    char want[64];
+    snprintf(want, sizeof want, "%d\nfile 0 of %d\n", n, n);
+    if (code != 0 || strcmp(out, want) != 0)
+        return fz_fail(c, FZ_SANDBOX, "after %d uploads the directory shows: %s", n, out);
+    return 0;
+}
+
+static int append_truncate(fz_ctx *c)
+{
+    size_t len = 100 + (size_t) fz_below(&c->rng, 5000);
+    size_t cut = (size_t) fz_below(&c->rng, len + 20); /* past the end: zeros */
+    uint8_t *model = calloc(1, len + 20 + 9);
+    fz_bytes(&c->rng, model, len);
+    int r = fz_put(c, "/home/user/at.bin", model, len);
+    memcpy(model + len, "appended\n", 9); /* what the sandbox appends; then the cut */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "printf 'appended\\n' >> /home/user/at.bin && truncate -s %zu /home/user/at.bin", cut);
+    int code = 0;
+    if (r == 0)
+        r = fz_exec(c, cmd, &code, NULL, NULL, NULL, NULL);
+    if (r == 0 && code != 0)
+        r = fz_fail(c, FZ_SANDBOX, "append/truncate failed inside (exit %d)", code);
+    char *got = NULL;
+    size_t gl = 0;
+    if (r == 0)
+        r = fz_get(c, "/home/user/at.bin", &got, &gl);
+    if (r == 0 && gl != cut)
+        r = fz_fail(c, FZ_SANDBOX, "after truncate -s %zu the file has %zu bytes", cut, gl);
+    else if (r == 0 && memcmp(got, model, cut) != 0)
+        r = fz_fail(c, FZ_INTERFACE, "after append and truncate the bytes differ from the model");
+    free(got);
+    free(model);
+    return r;
+}
+
+static int rename_delete(fz_ctx *c)
+{
+    uint8_t data[300];
+    fz_bytes(&c->rng, data, sizeof data);
+    if (fz_put(c, "/home/user/rd/a.bin", data, sizeof data) < 0 || fz_put(c, "/home/user/rd/b.bin", data, 10) < 0)
+        return -1;
+    int code;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c, "cd /home/user/rd && mv a.bin c.bin && rm b.bin && ls", &code, &out, &ol, NULL, NULL) < 0)
+        return -1;
+    if (code != 0 || strcmp(out, "c.bin\n") != 0)
+        return fz_fail(c, FZ_SANDBOX, "after mv and rm the directory holds: %s", out);
+    _cleanup_free_ char *got = NULL;
+    size_t gl;
+    if (fz_get(c, "/home/user/rd/c.bin", &got, &gl) < 0)
+        return -1;
+    if (gl != sizeof data || memcmp(got, data, gl) != 0)
+        return fz_fail(c, FZ_INTERFACE, "the renamed file reads back as %zu other bytes", gl);
+    /* the deleted one: the API must say 404, not hand out stale bytes */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/sandboxes/%s/files?path=%%2Fhome%%2Fuser%%2Frd%%2Fb.bin", c->sandbox);
+    long st = fz_request_status(c, "GET", path, NULL);
+    if (st != 404)
+        return fz_fail(c, FZ_INTERFACE, "a deleted file: GET gave %ld, not 404", st);
+    return 0;
+}
+
+static const fz_test_def tests[] = {
+    { "fs.write_read", write_read },         { "fs.deep_tree", deep_tree },
+    { "fs.many_small", many_small },         { "fs.append_truncate", append_truncate },
+    { "fs.rename_delete", rename_delete },
+};
+const fz_domain fz_domain_fs = { "fs", tests, sizeof tests / sizeof *tests };

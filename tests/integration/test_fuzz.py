@@ -1,0 +1,63 @@
+"""sbx fuzz: a seeded run against the real sbxd passes, is recorded in
+SQLite and rendered as a self-contained HTML report; the same seed gives
+the same tests; bad arguments are usage errors."""
+
+import os
+import sqlite3
+import subprocess
+
+SBX = os.environ.get("SBX_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "sbx"))
+
+
+def fuzz(*args, env=None):
+    return subprocess.run([SBX, "fuzz", *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_seeded_run_passes_and_reports(api, sbxd_daemon, tmp_path):
+    db = str(tmp_path / "fz.db")
+    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "45", "--seed", "42", "--jobs", "3",
+             "--db", db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "45 passed, 0 failed" in r.stdout, r.stdout
+    c = sqlite3.connect(db)
+    rows = c.execute("SELECT domain, name, seed, verdict FROM tests WHERE run = 1 ORDER BY id").fetchall()
+    assert len(rows) == 45 and {r[0] for r in rows} == {"fs", "encoding", "exec"}, rows
+    assert all(r[3] == "pass" for r in rows)
+    assert c.execute("SELECT count(*) FROM steps").fetchone()[0] > 45 * 3
+    assert c.execute("SELECT ended_at FROM runs WHERE id = 1").fetchone()[0]
+    # the same seed: the same tests (names and seeds), in a second run of the same file
+    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "45", "--seed", "42", "--jobs", "2",
+             "--domain", "fs,encoding,exec", "--db", db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    again = c.execute("SELECT domain, name, seed FROM tests WHERE run = 2").fetchall()
+    assert sorted(again) == sorted((d, n, s) for d, n, s, _ in rows)
+    # another seed: other parameters
+    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "6", "--seed", "43", "--domain", "fs",
+             "--db", db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    seeds = {s for (s,) in c.execute("SELECT seed FROM tests WHERE run = 3")}
+    assert seeds and not seeds & {s for _, _, s, _ in rows}
+    c.close()
+    html = tmp_path / "report.html"
+    r = fuzz("report", db, "-o", str(html), "--run", "1")
+    assert r.returncode == 0, r.stderr
+    text = html.read_text()
+    assert "<svg" in text and "encoding" in text and "exec.exit_code" not in text  # no failures listed
+    assert "None." in text
+    assert "src=" not in text and "href=" not in text and "url(" not in text and "@import" not in text  # self-contained
+    for op in ("create", "exec", "upload", "download"):
+        assert f"<td>{op}</td>" in text, op
+    # nothing of the runs is left behind
+    live = api.get("/v1/sandboxes?state=live&metadata.sbx.fuzz=1").json()["sandboxes"]
+    assert live == [], live
+
+
+def test_usage_errors(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
+    assert fuzz("run", env=env).returncode == 2                      # no target, no key
+    r = fuzz("run", "--target", "http://127.0.0.1:9", "--key", "k" * 20, "--interface", "mcp", env=env)
+    assert r.returncode == 2 and "only rest" in r.stderr
+    assert fuzz("run", "--target", "x", "--key", "y", "--count", "0", env=env).returncode == 2
+    assert fuzz("run", "--target", "x", "--key", "y", "--domain", "nope", env=env).returncode == 2
+    assert fuzz("bogus", env=env).returncode == 2
+    assert fuzz("report", str(tmp_path / "missing.db"), "-o", str(tmp_path / "r.html"), env=env).returncode == 125
