@@ -190,7 +190,11 @@ static int decode_exit(exec_ctx *c, const uint8_t *p, size_t len, exit_info *x)
     if (rd.bad || x->code > 255 || x->sig >= 65)
         return -1;
     x->timed_out = flags & SBX_EXIT_TIMED_OUT;
-    x->oom = x->sig == SIGKILL && !x->timed_out && sbx_cgroup_oom_kills(&c->b->cg) > c->oom_before;
+    /* killed by the OOM killer: SIGKILL while the sandbox's OOM count rose;
+     * a shell whose child was killed so reports it as exit 137 (found by
+     * sbx fuzz: `sh -c 'python3 hog.py'` said oom_killed false) */
+    x->oom = (x->sig == SIGKILL || (!x->sig && x->code == 128 + SIGKILL)) && !x->timed_out &&
+             sbx_cgroup_oom_kills(&c->b->cg) > c->oom_before;
     if (c->record && c->argv_json)
         sbx_store_cmd_record(c->d->store, c->b->id, c->pid, c->argv_json, false, c->started_wall, sbx_now_wall_ms(),
                              x->sig ? -1 : x->code, x->sig);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "../lib/error.h"
+#include "../mcp/mcp.h" /* _cleanup_json_ */
 #include "../rest/http.h"
 
 typedef enum {
@@ -89,7 +90,8 @@ typedef struct fz_domain {
     size_t n;
 } fz_domain;
 
-extern const fz_domain fz_domain_fs, fz_domain_encoding, fz_domain_exec;
+extern const fz_domain fz_domain_fs, fz_domain_encoding, fz_domain_exec, fz_domain_lang, fz_domain_lifecycle,
+    fz_domain_limits, fz_domain_security, fz_domain_data;
 
 /* ---- results (results.c) */
 int fz_results_open(fz_results **out, const char *path, sbx_error *err);

@@ -1,0 +1,86 @@
+/* domain_lifecycle.c - sandboxes made, listed, extended, ended, several at
+ * once; what one writes, another never sees. */
+#define _GNU_SOURCE
+#include "fuzz.h"
+#include "../lib/cleanup.h"
+#include "../mcp/mcp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A second sandbox, besides the test's own: its id, or -1. */
+static int other_sandbox(fz_ctx *c, char id[33])
+{
+    char mine[33];
+    snprintf(mine, sizeof mine, "%s", c->sandbox);
+    _cleanup_json_ json_t *body = json_pack("{s:i, s:{s:s}}", "timeout_s", 300, "metadata", "sbx.fuzz", "1");
+    if (fz_create(c, body) < 0)
+        return -1;
+    snprintf(id, 33, "%s", c->sandbox);
+    snprintf(c->sandbox, sizeof c->sandbox, "%s", mine);
+    return 0;
+}
+
+static int end_it(fz_ctx *c, const char *id)
+{
+    char path[80];
+    snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
+    long st = fz_request_status(c, "DELETE", path, NULL);
+    return st == 204 ? 0 : fz_fail(c, FZ_INTERFACE, "DELETE %s answered %ld", id, st);
+}
+
+static int isolation(fz_ctx *c)
+{
+    char other[33];
+    if (other_sandbox(c, other) < 0)
+        return -1;
+    char secret[64];
+    snprintf(secret, sizeof secret, "secret-%llu", (unsigned long long) fz_next(&c->rng));
+    int r = fz_put(c, "/tmp/secret.txt", secret, strlen(secret));
+    char mine[33];
+    snprintf(mine, sizeof mine, "%s", c->sandbox);
+    snprintf(c->sandbox, sizeof c->sandbox, "%s", other);
+    int code = 0;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (r == 0)
+        r = fz_exec(c, "cat /tmp/secret.txt 2>&1; grep -rs secret- /tmp /home 2>/dev/null | head -1", &code, &out,
+                    &ol, NULL, NULL);
+    snprintf(c->sandbox, sizeof c->sandbox, "%s", mine);
+    if (r == 0 && out && strstr(out, secret))
+        r = fz_fail(c, FZ_SANDBOX, "another sandbox sees what this one wrote: %s", out);
+    if (end_it(c, other) < 0)
+        return -1;
+    return r;
+}
+
+static int list_extend_end(fz_ctx *c)
+{
+    char path[120];
+    snprintf(path, sizeof path, "/v1/sandboxes/%s/timeout", c->sandbox);
+    long t = 60 + (long) fz_below(&c->rng, 3000);
+    _cleanup_json_ json_t *body = json_pack("{s:I}", "timeout_s", (json_int_t) t);
+    long st = fz_request_status(c, "POST", path, body);
+    if (st != 200)
+        return fz_fail(c, FZ_INTERFACE, "extend the timeout to %ld s: %ld", t, st);
+    char other[33];
+    if (other_sandbox(c, other) < 0)
+        return -1;
+    snprintf(path, sizeof path, "/v1/sandboxes/%s", other);
+    if (end_it(c, other) < 0)
+        return -1;
+    st = fz_request_status(c, "GET", path, NULL);
+    if (st != 200)
+        return fz_fail(c, FZ_INTERFACE, "an ended sandbox's record: %ld", st);
+    snprintf(path, sizeof path, "/v1/sandboxes/%s/commands", other);
+    _cleanup_json_ json_t *cmd = json_pack("{s:s}", "cmd", "true");
+    st = fz_request_status(c, "POST", path, cmd);
+    return st == 409 ? 0 : fz_fail(c, FZ_INTERFACE, "a command in an ended sandbox: %ld, not 409", st);
+}
+
+static const fz_test_def tests[] = {
+    { "lifecycle.isolation", isolation },
+    { "lifecycle.list_extend_end", list_extend_end },
+};
+const fz_domain fz_domain_lifecycle = { "lifecycle", tests, sizeof tests / sizeof *tests };
