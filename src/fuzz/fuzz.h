@@ -91,7 +91,7 @@ typedef struct fz_domain {
 } fz_domain;
 
 extern const fz_domain fz_domain_fs, fz_domain_encoding, fz_domain_exec, fz_domain_lang, fz_domain_lifecycle,
-    fz_domain_limits, fz_domain_security, fz_domain_data;
+    fz_domain_limits, fz_domain_security, fz_domain_data, fz_domain_sdlc;
 
 /* ---- results (results.c) */
 int fz_results_open(fz_results **out, const char *path, sbx_error *err);
