@@ -69,8 +69,12 @@ void sbx_api_template_build_data(sbx_req *r, const char *data, size_t len)
 {
     build_req *c = r->ctx;
     sbx_error err = { 0 };
-    if (c && c->bd && sbx_build_body(c->bd, data, len, &err) < 0)
-        sbx_reply_sbx_error(r, &err);
+    if (c && c->bd && sbx_build_body(c->bd, data, len, &err) < 0) {
+        if (err.errno_ == E2BIG)
+            sbx_reply_error(r, 413, "too_large", "%s", err.msg);
+        else
+            sbx_reply_sbx_error(r, &err);
+    }
 }
 
 static ssize_t events_reader(void *cls, uint64_t pos, char *buf, size_t max)

@@ -58,6 +58,11 @@
 #define BUILD_MEMORY_MB 2048
 #define BUILD_DISK_MB 4096
 #define BUILD_STEP_TIMEOUT_S 1800
+/* Bounds on what a client's archives may unpack to (a compressed tar can
+ * expand a thousandfold): the build context at most as much as an upload
+ * may be, an imported image this much. */
+#define SPEC_MAX (1u << 20)
+#define IMAGE_MAX_BYTES (64ULL << 30)
 
 struct sbx_build {
     sbx_daemon *d;
@@ -70,6 +75,7 @@ struct sbx_build {
     int out_fd;               /* the event stream's write end, -1: none */
     int cancel;               /* the client went away */
     int body_fd;
+    uint64_t body_len;
     bool tar_body;
     bool started;             /* the thread owns the name from then on */
     pthread_t thread;
@@ -606,7 +612,7 @@ static int start_from(sbx_build *bd, sbx_error *err)
             snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%s", layers, bd->key, bd->id);
             if (mkdir(tmp, 0755) < 0 || chown(tmp, bd->d->reg.uid_base, bd->d->reg.uid_base) < 0)
                 return sbx_error_set(err, errno, "mkdir %s", tmp);
-            sbx_extract_opts o = { .uid_base = bd->d->reg.uid_base, .max_bytes = 0, .whiteouts = true };
+            sbx_extract_opts o = { .uid_base = bd->d->reg.uid_base, .max_bytes = IMAGE_MAX_BYTES, .whiteouts = true };
             if (sbx_image_import(path, tmp, &o, &cfg, err) < 0) {
                 sbx_layer_remove(tmp);
                 return sbx_error_wrap(err, "import %s", from + 8);
@@ -1097,6 +1103,13 @@ int sbx_build_new(sbx_daemon *d, const char *name, const char *key_id, bool tar_
 
 int sbx_build_body(sbx_build *bd, const char *data, size_t len, sbx_error *err)
 {
+    bd->body_len += len;
+    if (!bd->tar_body && bd->body_len > SPEC_MAX) {
+        sbx_error_set(err, 0, "a spec is at most %u bytes (send files in a build context, application/x-tar)",
+                      SPEC_MAX);
+        err->errno_ = E2BIG;
+        return -1;
+    }
     for (size_t off = 0; off < len;) {
         ssize_t w = write(bd->body_fd, data + off, len - off);
         if (w < 0 && errno == EINTR)
@@ -1120,7 +1133,7 @@ int sbx_build_prepare(sbx_build *bd, sbx_error *err)
     if (bd->tar_body) {
         /* owned by the sandbox uid range, like layers: a copy step sets its owner */
         _cleanup_close_ int fd = open(ctx, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        sbx_extract_opts o = { .uid_base = bd->d->reg.uid_base, .max_bytes = 0, .whiteouts = false };
+        sbx_extract_opts o = { .uid_base = bd->d->reg.uid_base, .max_bytes = bd->d->max_upload, .whiteouts = false };
         if (fd < 0 || sbx_tar_extract(body, fd, &o, err) < 0) {
             err->errno_ = EINVAL;
             return sbx_error_wrap(err, "the build context (a tar archive)");
@@ -1129,6 +1142,10 @@ int sbx_build_prepare(sbx_build *bd, sbx_error *err)
         if (access(body, F_OK) < 0)
             return sbx_error_set(err, EINVAL, "the build context has no " SPEC_NAME " (the spec) at its top");
     }
+    struct stat sst;
+    if (stat(body, &sst) == 0 && sst.st_size > SPEC_MAX)
+        return sbx_error_set(err, EINVAL, "the spec is %lld bytes, at most %u are taken", (long long) sst.st_size,
+                             SPEC_MAX);
     json_error_t je;
     bd->spec = json_load_file(body, JSON_REJECT_DUPLICATES, &je);
     if (!bd->spec)

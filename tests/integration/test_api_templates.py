@@ -573,3 +573,37 @@ def test_run_steps_get_the_network_the_spec_allows(api):
     finally:
         srv.shutdown()
         remove(api, name)
+
+
+def test_bounds_on_specs_and_contexts(api, make_sbxd):
+    """A spec is at most 1 MiB; a build context unpacks to at most
+    --max-upload bytes, however well it compresses."""
+    big = {"from": "base", "steps": [{"env": {"PAD": "x" * (1 << 20)}}]}
+    assert_error(build(api, uniq("big"), big), 413, "too_large")
+    r = build(api, uniq("bigtar"), {"from": "base", "steps": [{"env": {"PAD": "x" * (1 << 20)}}]}, files={})
+    assert_error(r, 400, "invalid_request")
+    assert "at most" in r.json()["error"]["message"], r.text
+    # a 40 MiB file of zeros compresses to ~40 KiB: the bound is on what it unpacks to
+    d = make_sbxd("--max-upload", "1M")
+    c = d.client()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        spec = json.dumps({"from": "base", "steps": [{"copy": {"src": "zeros", "dest": "/z"}}]}).encode()
+        ti = tarfile.TarInfo("sbx-template.json")
+        ti.size = len(spec)
+        t.addfile(ti, io.BytesIO(spec))
+        ti = tarfile.TarInfo("zeros")
+        ti.size = 40 << 20
+        t.addfile(ti, io.BytesIO(bytes(40 << 20)))
+    body = buf.getvalue()
+    assert len(body) < 1 << 20
+    r = c.req("POST", "/v1/templates", params={"name": "bomb"}, data=body,
+              headers={"Content-Type": "application/x-tar"})
+    assert_error(r, 400, "invalid_request")
+    assert "build context" in r.json()["error"]["message"], r.text
+    # the failed build's directory goes once the request is done (just after the answer)
+    builds = os.path.join(d.home, "builds")
+    deadline = time.monotonic() + 5
+    while os.path.isdir(builds) and os.listdir(builds) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.isdir(builds) or not os.listdir(builds), os.listdir(builds)
