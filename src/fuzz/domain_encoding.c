@@ -1,6 +1,6 @@
 /* domain_encoding.c - byte-exact round trips: every byte value, NUL runs,
  * trailing NULs, invalid UTF-8, CRLF, a BOM, empty files, binary formats,
- * sizes from 0 to a few MiB; through uploads and downloads, and through a
+ * sizes from 0 to 100 MiB; through uploads and downloads, and through a
  * command's output. */
 #define _GNU_SOURCE
 #include "fuzz.h"
@@ -56,11 +56,10 @@ static uint8_t *pattern(fz_ctx *c, size_t *len, const char **what)
     return d;
 }
 
-static int file_round_trip(fz_ctx *c)
+/* data up, its SHA-256 computed inside, and back down: which of the
+ * three disagrees says which way the bytes changed */
+static int round_trip(fz_ctx *c, const uint8_t *data, size_t len, const char *what)
 {
-    size_t len;
-    const char *what;
-    _cleanup_free_ uint8_t *data = pattern(c, &len, &what);
     char want[65], in[65], back[65];
     fz_sha256(data, len, want);
     fz_evidence(c, "input", "%s, %zu bytes, sha256 %s", what, len, want);
@@ -86,6 +85,32 @@ static int file_round_trip(fz_ctx *c)
         return fz_fail(c, FZ_INTERFACE, "%s: the download changed the bytes (%zu of %zu bytes, %s)", what, gl, len,
                        back);
     return 0;
+}
+
+static int file_round_trip(fz_ctx *c)
+{
+    size_t len;
+    const char *what;
+    _cleanup_free_ uint8_t *data = pattern(c, &len, &what);
+    return round_trip(c, data, len, what);
+}
+
+/* Large files, around the sizes where interfaces change their ways: MCP's
+ * files_read limit (8 MiB), its files_write part (24 MiB), up to 100 MiB. */
+static int large_file(fz_ctx *c)
+{
+    static const size_t sizes[] = { 8u << 20, 24u << 20, 48u << 20, 100u << 20 };
+    size_t base = sizes[fz_below(&c->rng, sizeof sizes / sizeof *sizes)];
+    size_t len = base - 1 + (size_t) fz_below(&c->rng, 3); /* one under, at, one over */
+    _cleanup_free_ uint8_t *data = malloc(len);
+    if (!data)
+        return fz_fail(c, FZ_HARNESS, "out of memory for %zu bytes", len);
+    fz_bytes(&c->rng, data, len);
+    for (size_t i = 0; i + 4096 <= len; i += 1u << 20) /* NUL runs, one per MiB */
+        memset(data + i, 0, 4096);
+    char what[64];
+    snprintf(what, sizeof what, "%zu random bytes with NUL runs", len);
+    return round_trip(c, data, len, what);
 }
 
 /* A command prints bytes; the answer must carry them exactly. */
@@ -147,5 +172,6 @@ static const fz_test_def tests[] = {
     { "encoding.file_round_trip", file_round_trip },
     { "encoding.exec_output", exec_output },
     { "encoding.made_inside", made_inside },
+    { "encoding.large_file", large_file },
 };
 const fz_domain fz_domain_encoding = { "encoding", tests, sizeof tests / sizeof *tests };

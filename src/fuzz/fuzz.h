@@ -5,7 +5,9 @@
  *   main.c      the verbs: run, report
  *   runner.c    tests generated from a seed, run by N workers, recorded as they end
  *   results.c   the SQLite file: runs, tests, steps (timings), evidence
- *   target.c    the operations on the service (REST), each timed as a step
+ *   target.c    the operations on the service, each timed as a step, over
+ *               REST or MCP (the same operation, the interface the run chose)
+ *   mcp_client.c  a minimal MCP client (Streamable HTTP: initialize, tools/call)
  *   domain_*.c  one file per domain: its generators and its checks
  *   report.c    the self-contained HTML report
  *
@@ -49,9 +51,18 @@ void fz_bytes(fz_rng *r, uint8_t *out, size_t n);
 
 typedef struct fz_results fz_results;
 
+/* The interface a run drives the service through; each worker has its own. */
+typedef enum { FZ_REST, FZ_MCP } fz_iface;
+typedef struct fz_target fz_target;
+fz_target *fz_target_new(fz_iface iface, const char *url, const char *key, sbx_error *err);
+void fz_target_free(fz_target *t);
+fz_iface fz_target_iface(const fz_target *t);
+/* The service's URL, as given (a test may need its host). */
+const char *fz_target_url(const fz_target *t);
+
 /* What a test works with. */
 typedef struct fz_ctx {
-    sbx_http *http;        /* the worker's own client */
+    fz_target *t;          /* the worker's own connection */
     fz_rng rng;
     fz_results *res;
     int64_t test_row;      /* its row in the results */
@@ -67,15 +78,36 @@ int fz_fail(fz_ctx *c, fz_verdict v, const char *fmt, ...) __attribute__((format
 void fz_evidence(fz_ctx *c, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- operations (target.c); each is a timed step; on a failure they
- * call fz_fail themselves (an API error is `interface`) and return < 0 */
+ * call fz_fail themselves (an API error is `interface`) and return < 0.
+ * Bodies and results have the REST API's shapes whatever the interface
+ * (MCP's tools take and give the same JSON). */
+/* Create a sandbox (body as POST /v1/sandboxes; over MCP a `network`
+ * policy is set right after with sandbox_network); its id goes to
+ * c->sandbox. */
 int fz_create(fz_ctx *c, json_t *body);
 /* Run a shell command; out and err (each may be NULL) get stdout and stderr (to free). */
 int fz_exec(fz_ctx *c, const char *cmd, int *exit_code, char **out, size_t *out_len, char **err, size_t *err_len);
+/* body as POST .../commands (cmd, stdin, cwd, envs, timeout_s, ...); *result the command's result. */
 int fz_exec_json(fz_ctx *c, json_t *body, json_t **result);
 int fz_put(fz_ctx *c, const char *path, const void *data, size_t len);
 int fz_get(fz_ctx *c, const char *path, char **data, size_t *len);
-/* The API's answer for a request that should fail: its status (0: none). */
-long fz_request_status(fz_ctx *c, const char *method, const char *path, json_t *body);
+/* End sandbox id (c->sandbox is left alone). */
+int fz_delete(fz_ctx *c, const char *id);
+int fz_set_timeout(fz_ctx *c, long timeout_s);
+/* policy as PATCH .../network: {"mode": "none"|"allowlist"|"open", "allow": [...], "deny": [...]} */
+int fz_set_network(fz_ctx *c, json_t *policy);
+/* Sandbox id's record (also of an ended one) into *sandbox (to json_decref). */
+int fz_info(fz_ctx *c, const char *id, json_t **sandbox);
+
+/* Operations that should be refused.  Each returns 1 when the service
+ * refused, with the error's code ("not_found", "conflict", "forbidden",
+ * ...; "" if the answer named none) in code; 0 when it did it after all;
+ * -1 when there was no answer (recorded as a failure). */
+int fz_try_read(fz_ctx *c, const char *path, char code[64]);
+int fz_try_remove(fz_ctx *c, const char *path, char code[64]);
+/* "true" run in sandbox id */
+int fz_try_exec_in(fz_ctx *c, const char *id, char code[64]);
+
 void fz_sha256(const void *data, size_t len, char hex[65]);
 
 /* ---- domains */
@@ -93,6 +125,16 @@ typedef struct fz_domain {
 extern const fz_domain fz_domain_fs, fz_domain_encoding, fz_domain_exec, fz_domain_lang, fz_domain_lifecycle,
     fz_domain_limits, fz_domain_security, fz_domain_data, fz_domain_sdlc;
 
+/* ---- the MCP client (mcp_client.c) */
+typedef struct fz_mcp fz_mcp;
+/* A session on URL/mcp: initialize and notifications/initialized. */
+fz_mcp *fz_mcp_open(const char *url, const char *key, sbx_error *err);
+/* tools/call: *result is the CallToolResult (content, structuredContent,
+ * isError; to json_decref).  < 0: no result (transport, protocol). */
+int fz_mcp_call(fz_mcp *m, const char *tool, json_t *args, json_t **result, sbx_error *err);
+/* Ends the session (DELETE) and frees. */
+void fz_mcp_close(fz_mcp *m);
+
 /* ---- results (results.c) */
 int fz_results_open(fz_results **out, const char *path, sbx_error *err);
 void fz_results_close(fz_results *r);
@@ -102,6 +144,13 @@ void fz_results_end(fz_results *r, int64_t test, fz_verdict v, const char *why, 
 void fz_results_step(fz_results *r, int64_t test, const char *op, double ms, bool ok);
 void fz_results_evidence(fz_results *r, int64_t test, const char *what, const char *text);
 void fz_results_finish(fz_results *r, int64_t run);
+/* The options run was started with (to json_decref); NULL: no such run. */
+json_t *fz_results_options(fz_results *r, int64_t run);
+/* Resuming run: its tests that did not end are forgotten (they run again);
+ * on_done gets the seed and verdict of each one that did.  < 0: the file
+ * could not be changed. */
+int fz_results_resume(fz_results *r, int64_t run, void (*on_done)(void *ctx, uint64_t seed, const char *verdict),
+                      void *ctx);
 /* The database, for the report. */
 struct sqlite3 *fz_results_db(fz_results *r);
 

@@ -134,3 +134,54 @@ void fz_results_finish(fz_results *r, int64_t run)
     const void *args[] = { &at, &run };
     exec_v(r, "UPDATE runs SET ended_at = ? WHERE id = ?", "ii", args);
 }
+
+json_t *fz_results_options(fz_results *r, int64_t run)
+{
+    pthread_mutex_lock(&r->lock);
+    sqlite3_stmt *s = NULL;
+    json_t *o = NULL;
+    if (sqlite3_prepare_v2(r->db, "SELECT options FROM runs WHERE id = ?", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, run);
+        if (sqlite3_step(s) == SQLITE_ROW)
+            o = json_loads((const char *) sqlite3_column_text(s, 0), 0, NULL);
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&r->lock);
+    return o;
+}
+
+int fz_results_resume(fz_results *r, int64_t run, void (*on_done)(void *ctx, uint64_t seed, const char *verdict),
+                      void *ctx)
+{
+    /* a test that did not end left a row without a verdict, and perhaps
+     * steps and evidence: forget them, it runs again */
+    static const char forget[] =
+        "DELETE FROM steps WHERE test IN (SELECT id FROM tests WHERE run = ?1 AND verdict IS NULL);"
+        "DELETE FROM evidence WHERE test IN (SELECT id FROM tests WHERE run = ?1 AND verdict IS NULL);"
+        "DELETE FROM tests WHERE run = ?1 AND verdict IS NULL;"
+        "UPDATE runs SET ended_at = NULL WHERE id = ?1;";
+    pthread_mutex_lock(&r->lock);
+    int rc = sqlite3_exec(r->db, "BEGIN", NULL, NULL, NULL);
+    for (const char *sql = forget; rc == SQLITE_OK && *sql;) {
+        sqlite3_stmt *s = NULL;
+        rc = sqlite3_prepare_v2(r->db, sql, -1, &s, &sql);
+        if (rc == SQLITE_OK && s) {
+            sqlite3_bind_int64(s, 1, run);
+            rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+        }
+        sqlite3_finalize(s);
+    }
+    rc = sqlite3_exec(r->db, rc == SQLITE_OK ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK && rc == SQLITE_OK
+             ? SQLITE_OK
+             : SQLITE_ERROR;
+    sqlite3_stmt *s = NULL;
+    if (rc == SQLITE_OK &&
+        sqlite3_prepare_v2(r->db, "SELECT seed, verdict FROM tests WHERE run = ?", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, run);
+        while (sqlite3_step(s) == SQLITE_ROW)
+            on_done(ctx, (uint64_t) sqlite3_column_int64(s, 0), (const char *) sqlite3_column_text(s, 1));
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&r->lock);
+    return rc == SQLITE_OK ? 0 : -1;
+}

@@ -1,6 +1,9 @@
 /* runner.c - `sbx fuzz run`: the tests of a seed, run by N workers, each
  * in a sandbox of its own that is deleted after it; every result written
- * as it ends. */
+ * as it ends.  `--resume RUN` runs what an interrupted run had not
+ * finished: the tests are a function of the seed and the options kept
+ * with the run, so the same list is made again and the tests that ended
+ * are left out. */
 #define _GNU_SOURCE
 #include "fuzz.h"
 #include "../lib/cleanup.h"
@@ -8,6 +11,7 @@
 
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,15 +31,30 @@ typedef struct job {
 
 typedef struct pool {
     const char *url, *key;
+    fz_iface iface;
     fz_results *res;
     int64_t run;
     job *jobs;
-    size_t n, next;
+    size_t n, next; /* the jobs to run, the next one to take */
+    size_t total;   /* the run's tests (a resumed run's earlier ones too) */
     size_t counts[6];
     size_t done;
     bool tty;
     pthread_mutex_t lock;
 } pool;
+
+/* SIGINT/SIGTERM: no new test starts; those running end (and delete
+ * their sandboxes), so the run can be resumed.  A second one stops now. */
+static volatile sig_atomic_t stopping;
+
+static void on_stop(int sig)
+{
+    if (stopping) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    stopping = 1;
+}
 
 static double now_ms(void)
 {
@@ -48,31 +67,31 @@ static void progress(pool *p)
 {
     size_t fail = p->counts[FZ_INTERFACE] + p->counts[FZ_SANDBOX] + p->counts[FZ_HARNESS] + p->counts[FZ_TIMEOUT];
     if (p->tty) {
-        int width = 30, filled = (int) (p->done * (size_t) width / (p->n ? p->n : 1));
+        int width = 30, filled = (int) (p->done * (size_t) width / (p->total ? p->total : 1));
         fprintf(stderr, "\r[%.*s%*s] %zu/%zu  pass %zu  fail %zu  unsupported %zu ", filled,
-                "##############################", width - filled, "", p->done, p->n, p->counts[FZ_PASS], fail,
+                "##############################", width - filled, "", p->done, p->total, p->counts[FZ_PASS], fail,
                 p->counts[FZ_UNSUPPORTED]);
-    } else if (p->done == p->n || p->done % (p->n / 10 ? p->n / 10 : 1) == 0) {
-        fprintf(stderr, "sbx fuzz: %zu/%zu done, %zu passed, %zu failed\n", p->done, p->n, p->counts[FZ_PASS], fail);
+    } else if (p->done == p->total || p->done % (p->total / 10 ? p->total / 10 : 1) == 0) {
+        fprintf(stderr, "sbx fuzz: %zu/%zu done, %zu passed, %zu failed\n", p->done, p->total, p->counts[FZ_PASS],
+                fail);
     }
 }
 
-static void run_one(pool *p, sbx_http *http, const job *j)
+/* t NULL: the worker could not connect (why says why): the test fails
+ * as the interface's, it is not skipped. */
+static void run_one(pool *p, fz_target *t, const char *why, const job *j)
 {
-    fz_ctx c = { .http = http, .rng = { j->seed }, .res = p->res };
+    fz_ctx c = { .t = t, .rng = { j->seed }, .res = p->res };
     c.test_row = fz_results_test(p->res, p->run, j->domain->name, j->def->name, j->seed);
     double t0 = now_ms();
     _cleanup_json_ json_t *body = json_pack("{s:i, s:{s:s, s:s}}", "timeout_s", 600, "metadata", "sbx.fuzz", "1",
                                             "test", j->def->name);
-    if (fz_create(&c, body) == 0)
+    if (!t)
+        fz_fail(&c, FZ_INTERFACE, "connect: %s", why);
+    else if (fz_create(&c, body) == 0)
         j->def->run(&c);
-    if (c.sandbox[0]) {
-        char path[80];
-        snprintf(path, sizeof path, "/v1/sandboxes/%s", c.sandbox);
-        long st = fz_request_status(&c, "DELETE", path, NULL);
-        if (st != 204)
-            fz_fail(&c, FZ_INTERFACE, "DELETE of the test's sandbox answered %ld", st);
-    }
+    if (c.sandbox[0])
+        fz_delete(&c, c.sandbox);
     fz_results_end(p->res, c.test_row, c.verdict, c.why, now_ms() - t0);
     pthread_mutex_lock(&p->lock);
     p->counts[c.verdict]++;
@@ -88,17 +107,16 @@ static void *worker(void *arg)
 {
     pool *p = arg;
     sbx_error err = { 0 };
-    sbx_http *http = sbx_http_new(p->url, p->key, &err);
+    fz_target *t = fz_target_new(p->iface, p->url, p->key, &err);
     for (;;) {
         pthread_mutex_lock(&p->lock);
-        size_t i = p->next < p->n ? p->next++ : p->n;
+        size_t i = p->next < p->n && !stopping ? p->next++ : p->n;
         pthread_mutex_unlock(&p->lock);
         if (i == p->n)
             break;
-        if (http)
-            run_one(p, http, &p->jobs[i]);
+        run_one(p, t, err.msg, &p->jobs[i]);
     }
-    sbx_http_free(http);
+    fz_target_free(t);
     return NULL;
 }
 
@@ -109,8 +127,38 @@ static uint64_t mix(uint64_t a, uint64_t b)
 }
 
 static const char run_usage[] =
-    "usage: sbx fuzz run [--target URL] [--key KEY] [--interface rest] [--count N] [--seed N] [--jobs N]\n"
-    "                    [--domain fs,encoding,exec] [--db FILE]\n";
+    "usage: sbx fuzz run [--target URL] [--key KEY] [--interface rest|mcp] [--count N] [--seed N] [--jobs N]\n"
+    "                    [--domain fs,encoding,exec] [--db FILE]\n"
+    "       sbx fuzz run --resume RUN [--key KEY] [--jobs N] [--db FILE]\n";
+
+/* Resuming: a job whose seed already has a verdict is done. */
+typedef struct resumed {
+    pool *p;
+    uint64_t *seeds;
+    size_t n;
+} resumed;
+
+static void on_done(void *ctx, uint64_t seed, const char *verdict)
+{
+    resumed *r = ctx;
+    uint64_t *s = realloc(r->seeds, (r->n + 1) * sizeof *s);
+    if (!s)
+        return;
+    r->seeds = s;
+    r->seeds[r->n++] = seed;
+    for (int v = FZ_PASS; v <= FZ_UNSUPPORTED; v++)
+        if (verdict && strcmp(verdict, fz_verdict_name((fz_verdict) v)) == 0)
+            r->p->counts[v]++;
+    r->p->done++;
+}
+
+static bool seed_done(const resumed *r, uint64_t seed)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (r->seeds[i] == seed)
+            return true;
+    return false;
+}
 
 int fz_run_main(int argc, char **argv)
 {
@@ -119,11 +167,12 @@ int fz_run_main(int argc, char **argv)
         { "interface", required_argument, NULL, 'i' }, { "count", required_argument, NULL, 'n' },
         { "seed", required_argument, NULL, 's' },   { "jobs", required_argument, NULL, 'j' },
         { "domain", required_argument, NULL, 'd' }, { "db", required_argument, NULL, 'o' },
-        { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
+        { "resume", required_argument, NULL, 'r' }, { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
     };
     const char *url = getenv("SBX_URL"), *key = getenv("SBX_API_KEY"), *iface = "rest", *domains = NULL;
     const char *db = "fuzz-results.db";
-    long count = 1000, jobs = 4;
+    long count = 1000, jobs = 0, resume = 0;
     uint64_t seed = (uint64_t) time(NULL);
     int o;
     optind = 1;
@@ -138,6 +187,7 @@ int fz_run_main(int argc, char **argv)
         case 'j': jobs = strtol(optarg, &end, 10); break;
         case 'd': domains = optarg; break;
         case 'o': db = optarg; break;
+        case 'r': resume = strtol(optarg, &end, 10); break;
         case 'h': fputs(run_usage, stdout); return 0;
         default: fputs(run_usage, stderr); return 2;
         }
@@ -146,6 +196,30 @@ int fz_run_main(int argc, char **argv)
             return 2;
         }
     }
+    sbx_error err = { 0 };
+    fz_results *res = NULL;
+    _cleanup_json_ json_t *kept = NULL;
+    if (resume) { /* the run's own options, but for the key (never stored) and --jobs */
+        if (fz_results_open(&res, db, &err) < 0) {
+            fprintf(stderr, "sbx fuzz: %s\n", err.msg);
+            return 125;
+        }
+        kept = fz_results_options(res, resume);
+        if (!kept) {
+            fprintf(stderr, "sbx fuzz: --resume %ld: no such run in %s\n", resume, db);
+            fz_results_close(res);
+            return 2;
+        }
+        url = json_string_value(json_object_get(kept, "target"));
+        iface = json_string_value(json_object_get(kept, "interface")) ?: "rest";
+        count = (long) json_integer_value(json_object_get(kept, "count"));
+        seed = (uint64_t) json_integer_value(json_object_get(kept, "seed"));
+        domains = json_string_value(json_object_get(kept, "domains"));
+        if (!jobs)
+            jobs = (long) json_integer_value(json_object_get(kept, "jobs"));
+    }
+    if (!jobs)
+        jobs = 4;
     if (optind < argc || count < 1 || count > 1000000 || jobs < 1 || jobs > 64) {
         fprintf(stderr, "sbx fuzz: --count 1..1000000, --jobs 1..64, no other arguments\n%s", run_usage);
         return 2;
@@ -154,8 +228,8 @@ int fz_run_main(int argc, char **argv)
         fprintf(stderr, "sbx fuzz: give --target URL and --key KEY (or SBX_URL and SBX_API_KEY)\n");
         return 2;
     }
-    if (strcmp(iface, "rest") != 0) {
-        fprintf(stderr, "sbx fuzz: --interface %s: only rest so far (mcp is next)\n", iface);
+    if (strcmp(iface, "rest") != 0 && strcmp(iface, "mcp") != 0) {
+        fprintf(stderr, "sbx fuzz: --interface %s: rest or mcp\n", iface);
         return 2;
     }
     const fz_domain *chosen[N_DOMAINS];
@@ -178,34 +252,65 @@ int fz_run_main(int argc, char **argv)
     }
     /* the tests: count spread over the domains, each domain's workflows in
      * turn, every test with a seed of its own */
-    pool p = { .url = url, .key = key, .n = (size_t) count, .tty = isatty(2) };
-    p.jobs = calloc(p.n, sizeof *p.jobs);
-    for (size_t i = 0; i < p.n; i++) {
-        const fz_domain *d = chosen[i % nd];
-        size_t k = i / nd;
-        p.jobs[i] = (job){ d, &d->tests[k % d->n], mix(seed, i) };
-    }
-    sbx_error err = { 0 };
-    if (fz_results_open(&p.res, db, &err) < 0) {
+    pool p = { .url = url, .key = key, .iface = strcmp(iface, "mcp") == 0 ? FZ_MCP : FZ_REST, .tty = isatty(2),
+               .res = res };
+    if (!p.res && fz_results_open(&p.res, db, &err) < 0) {
         fprintf(stderr, "sbx fuzz: %s\n", err.msg);
         return 125;
     }
-    _cleanup_json_ json_t *options = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?}", "target", url, "interface", iface,
-                                               "count", (json_int_t) count, "seed", (json_int_t) seed, "jobs",
-                                               (json_int_t) jobs, "domains", domains);
-    p.run = fz_results_run(p.res, options);
+    resumed done = { .p = &p };
+    if (resume) {
+        if (fz_results_resume(p.res, resume, on_done, &done) < 0) {
+            fprintf(stderr, "sbx fuzz: --resume %ld: %s cannot be changed\n", resume, db);
+            fz_results_close(p.res);
+            return 125;
+        }
+        p.run = resume;
+    } else {
+        _cleanup_json_ json_t *options =
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?}", "target", url, "interface", iface, "count", (json_int_t) count,
+                      "seed", (json_int_t) seed, "jobs", (json_int_t) jobs, "domains", domains);
+        p.run = fz_results_run(p.res, options);
+    }
+    /* the tests: count spread over the domains, each domain's workflows in
+     * turn, every test with a seed of its own; those a resumed run finished
+     * are left out */
+    p.jobs = calloc((size_t) count, sizeof *p.jobs);
+    for (size_t i = 0; i < (size_t) count; i++) {
+        const fz_domain *d = chosen[i % nd];
+        size_t k = i / nd;
+        job j = { d, &d->tests[k % d->n], mix(seed, i) };
+        if (!seed_done(&done, j.seed))
+            p.jobs[p.n++] = j;
+    }
+    free(done.seeds);
+    p.total = (size_t) count; /* the progress counts the whole run */
     pthread_mutex_init(&p.lock, NULL);
-    fprintf(stderr, "sbx fuzz: run %lld: %ld tests, seed %llu, %ld jobs, results in %s\n", (long long) p.run, count,
-            (unsigned long long) seed, jobs, db);
+    if (resume)
+        fprintf(stderr, "sbx fuzz: run %lld resumed: %zu of %ld tests ended before, %zu to run, results in %s\n",
+                (long long) p.run, p.done, count, p.n, db);
+    else
+        fprintf(stderr, "sbx fuzz: run %lld: %ld tests, seed %llu, %ld jobs, %s, results in %s\n", (long long) p.run,
+                count, (unsigned long long) seed, jobs, iface, db);
     double t0 = now_ms();
+    struct sigaction sa = { .sa_handler = on_stop };
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     pthread_t th[64];
     for (long i = 0; i < jobs; i++)
         pthread_create(&th[i], NULL, worker, &p);
     for (long i = 0; i < jobs; i++)
         pthread_join(th[i], NULL);
-    fz_results_finish(p.res, p.run);
     if (p.tty)
         fputc('\n', stderr);
+    if (stopping) {
+        fprintf(stderr, "sbx fuzz: interrupted after %zu of %zu tests; to run the rest: sbx fuzz run --resume %lld --db %s\n",
+                p.done, p.total, (long long) p.run, db);
+        fz_results_close(p.res);
+        free(p.jobs);
+        return 130;
+    }
+    fz_results_finish(p.res, p.run);
     size_t failed = p.counts[FZ_INTERFACE] + p.counts[FZ_SANDBOX] + p.counts[FZ_HARNESS] + p.counts[FZ_TIMEOUT];
     printf("run %lld: %zu passed, %zu failed (interface %zu, sandbox %zu, harness %zu, timeout %zu), %zu "
            "unsupported in %.1f s\n",

@@ -1,12 +1,20 @@
-/* target.c - the operations a test does on the service, over its REST API,
- * each timed and recorded as a step.  An answer the API should not give
- * (an error status, a malformed body) is an `interface` failure here;
- * whether the state inside is right is the test's to check. */
+/* target.c - the operations a test does on the service, each timed and
+ * recorded as a step, over the interface the run chose: the REST API, or
+ * MCP's tools (which take and give the same JSON, so the tests are one).
+ * An answer the service should not give (an error status, a tool error, a
+ * malformed body) is an `interface` failure here; whether the state inside
+ * is right is the test's to check.
+ *
+ * Over MCP, what a tool cannot carry in one call is done the way an agent
+ * would: a file larger than one files_write goes in parts appended inside
+ * with command_run, and one larger than files_read's 8 MiB comes back in
+ * parts read with command_run. */
 #define _GNU_SOURCE
 #include "fuzz.h"
 #include "../lib/cleanup.h"
 #include "../mcp/mcp.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -14,6 +22,55 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Over MCP: a files_write carries at most this much (base64 makes it 4/3
+ * of it, under /mcp's 64 MiB body limit); a part read back with command_run
+ * part cut inside and read with files_read this much (its limit). */
+#define MCP_PUT_PART (24u << 20)
+#define MCP_GET_PART (8u << 20)
+
+struct fz_target {
+    fz_iface iface;
+    char *url;
+    sbx_http *http; /* REST */
+    fz_mcp *mcp;    /* MCP: a session of its own */
+};
+
+fz_target *fz_target_new(fz_iface iface, const char *url, const char *key, sbx_error *err)
+{
+    fz_target *t = calloc(1, sizeof *t);
+    if (!t || !(t->url = strdup(url))) {
+        free(t);
+        sbx_error_set(err, ENOMEM, "target");
+        return NULL;
+    }
+    t->iface = iface;
+    if (iface == FZ_REST ? !(t->http = sbx_http_new(url, key, err)) : !(t->mcp = fz_mcp_open(url, key, err))) {
+        fz_target_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void fz_target_free(fz_target *t)
+{
+    if (!t)
+        return;
+    sbx_http_free(t->http);
+    fz_mcp_close(t->mcp);
+    free(t->url);
+    free(t);
+}
+
+fz_iface fz_target_iface(const fz_target *t)
+{
+    return t->iface;
+}
+
+const char *fz_target_url(const fz_target *t)
+{
+    return t->url;
+}
 
 const char *fz_verdict_name(fz_verdict v)
 {
@@ -80,6 +137,7 @@ void fz_sha256(const void *data, size_t len, char hex[65])
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
 }
 
+
 static double ms_since(const struct timespec *t0)
 {
     struct timespec t1;
@@ -88,27 +146,166 @@ static double ms_since(const struct timespec *t0)
 }
 
 /* An API failure: a timeout is its own kind, the rest is the interface's. */
-static int api_failed(fz_ctx *c, const char *op, const sbx_error *err)
+static int api_failed(fz_ctx *c, const char *op, const char *msg)
 {
-    bool timeout = strstr(err->msg, "timed out") || strstr(err->msg, "Timeout");
-    return fz_fail(c, timeout ? FZ_TIMEOUT : FZ_INTERFACE, "%s: %s", op, err->msg);
+    bool timeout = strstr(msg, "timed out") || strstr(msg, "Timeout");
+    return fz_fail(c, timeout ? FZ_TIMEOUT : FZ_INTERFACE, "%s: %s", op, msg);
 }
 
-int fz_create(fz_ctx *c, json_t *body)
+static bool is_mcp(const fz_ctx *c)
+{
+    return c->t->iface == FZ_MCP;
+}
+
+/* ---- REST */
+
+/* A JSON request, timed as step op.  0: *resp filled; 1: the API refused
+ * (its code in code, its words in msg); -1: no answer at all (recorded). */
+static int rest(fz_ctx *c, const char *op, const char *method, const char *path, json_t *body, sbx_http_resp *resp,
+                char code[64], char *msg, size_t msg_size)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     sbx_error err = { 0 };
-    _cleanup_http_resp_ sbx_http_resp resp = { 0 };
-    int r = sbx_http_json(c->http, "POST", "/v1/sandboxes", body, &resp, &err);
-    fz_results_step(c->res, c->test_row, "create", ms_since(&t0), r == 0);
-    if (r < 0)
-        return api_failed(c, "create", &err);
-    const char *id = json_string_value(json_object_get(resp.json, "id"));
-    if (!id || strlen(id) != 32)
-        return fz_fail(c, FZ_INTERFACE, "create: the answer has no sandbox id");
-    snprintf(c->sandbox, sizeof c->sandbox, "%s", id);
+    int r = sbx_http_json(c->t->http, method, path, body, resp, &err);
+    fz_results_step(c->res, c->test_row, op, ms_since(&t0), r == 0);
+    if (r == 0)
+        return 0;
+    snprintf(msg, msg_size, "%s", err.msg);
+    if (sbx_http_status(c->t->http) == 0) {
+        api_failed(c, op, err.msg);
+        return -1;
+    }
+    snprintf(code, 64, "%s", sbx_http_error_code(c->t->http));
+    return 1;
+}
+
+static char *sandbox_path(const char *id, const char *suffix)
+{
+    char *p = NULL;
+    if (asprintf(&p, "/v1/sandboxes/%s%s", id, suffix) < 0)
+        p = NULL;
+    return p;
+}
+
+static char *file_path(fz_ctx *c, const char *path)
+{
+    sbx_error err = { 0 };
+    _cleanup_free_ char *e = sbx_http_escape(c->t->http, path, &err);
+    char *p = NULL;
+    if (e && asprintf(&p, "/v1/sandboxes/%s/files?path=%s", c->sandbox, e) < 0)
+        p = NULL;
+    return p;
+}
+
+/* ---- MCP */
+
+/* The API's error code in a tool's words: sbx's tools quote it as
+ * "(code)"; another server may not, and then the code is "". */
+static void code_in(const char *text, char code[64])
+{
+    static const char *const codes[] = { "not_found",  "conflict",       "forbidden",  "invalid_request",
+                                         "too_large",  "unauthorized",   "quota_exceeded", "insufficient_storage",
+                                         "unavailable", "internal",      "bad_gateway" };
+    code[0] = '\0';
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        char pat[40];
+        snprintf(pat, sizeof pat, "(%s)", codes[i]);
+        if (strstr(text, pat)) {
+            snprintf(code, 64, "%s", codes[i]);
+            return;
+        }
+    }
+}
+
+/* A tool call, timed as step op.  0: *out is its structuredContent;
+ * 1: the tool failed (isError): its text in msg, the code in code, and
+ * *out its structuredContent if it had one (command_run's for a command
+ * that could not start), else NULL; -1: no result (recorded). */
+static int tool(fz_ctx *c, const char *op, const char *name, json_t *args, json_t **out, char code[64], char *msg,
+                size_t msg_size)
+{
+    *out = NULL;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sbx_error err = { 0 };
+    _cleanup_json_ json_t *res = NULL;
+    int r = fz_mcp_call(c->t->mcp, name, args, &res, &err);
+    bool failed = r == 0 && json_is_true(json_object_get(res, "isError"));
+    fz_results_step(c->res, c->test_row, op, ms_since(&t0), r == 0 && !failed);
+    if (r < 0) {
+        api_failed(c, name, err.msg);
+        return -1;
+    }
+    json_t *st = json_object_get(res, "structuredContent");
+    if (failed) {
+        const char *text = json_string_value(json_object_get(json_array_get(json_object_get(res, "content"), 0), "text"));
+        snprintf(msg, msg_size, "%s", text ? text : "(a tool error without text)");
+        code_in(msg, code);
+        *out = json_incref(st);
+        return 1;
+    }
+    if (!json_is_object(st)) {
+        fz_fail(c, FZ_INTERFACE, "%s: the result has no structuredContent", name);
+        return -1;
+    }
+    *out = json_incref(st);
     return 0;
+}
+
+/* A call that must succeed: anything else is recorded as the interface's. */
+static json_t *must(fz_ctx *c, const char *op, const char *name, json_t *args)
+{
+    char code[64], msg[512];
+    json_t *out = NULL;
+    int r = tool(c, op, name, args, &out, code, msg, sizeof msg);
+    if (r == 1) {
+        json_decref(out);
+        fz_fail(c, FZ_INTERFACE, "%s: %s", name, msg);
+        return NULL;
+    }
+    return r == 0 ? out : NULL;
+}
+
+static char *base64(const void *data, size_t len)
+{
+    size_t n = sodium_base64_encoded_len(len, sodium_base64_VARIANT_ORIGINAL);
+    char *b = malloc(n);
+    if (b)
+        sodium_bin2base64(b, n, data, len, sodium_base64_VARIANT_ORIGINAL);
+    return b;
+}
+
+/* ---- the operations */
+
+int fz_create(fz_ctx *c, json_t *body)
+{
+    json_t *sb = NULL;
+    _cleanup_json_ json_t *owned = NULL;
+    if (is_mcp(c)) {
+        _cleanup_json_ json_t *args = json_deep_copy(body);
+        json_t *network = json_incref(json_object_get(args, "network"));
+        json_object_del(args, "network");
+        sb = owned = must(c, "create", "sandbox_create", args);
+        const char *id = json_string_value(json_object_get(sb, "id"));
+        if (id && strlen(id) == 32)
+            snprintf(c->sandbox, sizeof c->sandbox, "%s", id);
+        int r = sb && network && c->sandbox[0] ? fz_set_network(c, network) : 0;
+        json_decref(network);
+        if (!sb || r < 0)
+            return -1;
+    } else {
+        char code[64], msg[512];
+        _cleanup_http_resp_ sbx_http_resp resp = { 0 };
+        int r = rest(c, "create", "POST", "/v1/sandboxes", body, &resp, code, msg, sizeof msg);
+        if (r != 0)
+            return r < 0 ? -1 : fz_fail(c, FZ_INTERFACE, "create: %s", msg);
+        sb = owned = json_incref(resp.json);
+        const char *id = json_string_value(json_object_get(sb, "id"));
+        if (id && strlen(id) == 32)
+            snprintf(c->sandbox, sizeof c->sandbox, "%s", id);
+    }
+    return c->sandbox[0] ? 0 : fz_fail(c, FZ_INTERFACE, "create: the answer has no sandbox id");
 }
 
 /* stdout/stderr of a command result, decoded */
@@ -123,13 +320,14 @@ static int take_stream(fz_ctx *c, json_t *res, const char *name, char **out, siz
     if (!json_is_string(v))
         return fz_fail(c, FZ_INTERFACE, "exec: no '%s' in the answer", name);
     size_t n = json_string_length(v);
+    *out = malloc(n + 1);
+    if (!*out)
+        return fz_fail(c, FZ_HARNESS, "exec: out of memory");
     if (enc && strcmp(enc, "base64") == 0) {
-        *out = malloc(n + 1);
         if (sodium_base642bin((unsigned char *) *out, n + 1, json_string_value(v), n, NULL, len, NULL,
                               sodium_base64_VARIANT_ORIGINAL) != 0)
             return fz_fail(c, FZ_INTERFACE, "exec: '%s' is not valid base64", name);
     } else {
-        *out = malloc(n + 1);
         memcpy(*out, json_string_value(v), n);
         *len = n;
     }
@@ -139,20 +337,22 @@ static int take_stream(fz_ctx *c, json_t *res, const char *name, char **out, siz
 
 int fz_exec_json(fz_ctx *c, json_t *body, json_t **result)
 {
-    char path[128];
-    snprintf(path, sizeof path, "/v1/sandboxes/%s/commands", c->sandbox);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    sbx_error err = { 0 };
-    sbx_http_resp resp = { 0 };
-    int r = sbx_http_json(c->http, "POST", path, body, &resp, &err);
-    fz_results_step(c->res, c->test_row, "exec", ms_since(&t0), r == 0);
-    if (r < 0) {
-        sbx_http_resp_free(&resp);
-        return api_failed(c, "exec", &err);
+    *result = NULL;
+    char code[64], msg[512];
+    if (is_mcp(c)) {
+        _cleanup_json_ json_t *args = json_deep_copy(body);
+        json_object_set_new(args, "sandbox_id", json_string(c->sandbox));
+        int r = tool(c, "exec", "command_run", args, result, code, msg, sizeof msg);
+        if (r == 1 && !*result) /* a command that could not start still has its result */
+            return fz_fail(c, FZ_INTERFACE, "command_run: %s", msg);
+        return r < 0 ? -1 : 0;
     }
+    _cleanup_free_ char *path = sandbox_path(c->sandbox, "/commands");
+    _cleanup_http_resp_ sbx_http_resp resp = { 0 };
+    int r = rest(c, "exec", "POST", path, body, &resp, code, msg, sizeof msg);
+    if (r != 0)
+        return r < 0 ? -1 : fz_fail(c, FZ_INTERFACE, "exec: %s", msg);
     *result = json_incref(resp.json);
-    sbx_http_resp_free(&resp);
     return *result ? 0 : fz_fail(c, FZ_INTERFACE, "exec: the answer is not JSON");
 }
 
@@ -177,18 +377,63 @@ int fz_exec(fz_ctx *c, const char *cmd, int *exit_code, char **out, size_t *out_
     return r;
 }
 
-static char *file_path(fz_ctx *c, const char *path)
+/* A shell script with its arguments ($1...), as command_run's argv: no
+ * quoting of paths needed. */
+static int mcp_sh(fz_ctx *c, const char *op, const char *script, json_t *args_list, json_t **result)
 {
-    sbx_error err = { 0 };
-    _cleanup_free_ char *e = sbx_http_escape(c->http, path, &err);
-    char *p = NULL;
-    if (e && asprintf(&p, "/v1/sandboxes/%s/files?path=%s", c->sandbox, e) < 0)
-        p = NULL;
-    return p;
+    _cleanup_json_ json_t *argv = json_pack("[s, s, s, s]", "sh", "-c", script, "sh"); /* $0, then $1... */
+    json_array_extend(argv, args_list);
+    _cleanup_json_ json_t *args =
+        json_pack("{s:s, s:O, s:i}", "sandbox_id", c->sandbox, "argv", argv, "timeout_s", 300);
+    *result = must(c, op, "command_run", args);
+    if (!*result)
+        return -1;
+    json_t *code = json_object_get(*result, "exit_code");
+    if (!json_is_integer(code) || json_integer_value(code) != 0) {
+        const char *e = json_string_value(json_object_get(*result, "stderr"));
+        return fz_fail(c, FZ_INTERFACE, "%s in parts with command_run: exit %lld: %.200s", op,
+                       (long long) json_integer_value(code), e ? e : "");
+    }
+    return 0;
+}
+
+static int mcp_put(fz_ctx *c, const char *path, const void *data, size_t len)
+{
+    /* the first part is the file; each next one is written beside it and
+     * appended inside, as an agent with these tools would */
+    _cleanup_free_ char *part = NULL;
+    if (asprintf(&part, "%s.fzpart", path) < 0)
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    for (size_t off = 0; off == 0 || off < len; off += MCP_PUT_PART) {
+        size_t n = len - off < MCP_PUT_PART ? len - off : MCP_PUT_PART;
+        _cleanup_free_ char *b64 = base64((const char *) data + off, n);
+        _cleanup_json_ json_t *args = json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", c->sandbox, "path",
+                                                off ? part : path, "content", b64 ? b64 : "", "encoding", "base64");
+        if (!b64 || !args)
+            return fz_fail(c, FZ_HARNESS, "out of memory");
+        _cleanup_json_ json_t *st = must(c, "upload", "files_write", args);
+        if (!st)
+            return -1;
+        json_t *size = json_object_get(st, "size");
+        if (!json_is_integer(size) || (size_t) json_integer_value(size) != n)
+            return fz_fail(c, FZ_INTERFACE, "files_write of %s: sent %zu bytes, the tool says %lld arrived", path, n,
+                           (long long) json_integer_value(size));
+        if (off) {
+            _cleanup_json_ json_t *res = NULL;
+            if (mcp_sh(c, "upload", "cat -- \"$1\" >> \"$2\" && rm -f -- \"$1\"", json_pack("[s, s]", part, path),
+                       &res) < 0)
+                return -1;
+        }
+        if (len == 0)
+            break;
+    }
+    return 0;
 }
 
 int fz_put(fz_ctx *c, const char *path, const void *data, size_t len)
 {
+    if (is_mcp(c))
+        return mcp_put(c, path, data, len);
     _cleanup_free_ char *p = file_path(c, path);
     FILE *in = len ? fmemopen((void *) data, len, "r") : fopen("/dev/null", "re");
     if (!p || !in) {
@@ -200,11 +445,11 @@ int fz_put(fz_ctx *c, const char *path, const void *data, size_t len)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     sbx_error err = { 0 };
     _cleanup_http_resp_ sbx_http_resp resp = { 0 };
-    int r = sbx_http_upload(c->http, p, in, (int64_t) len, &resp, &err);
+    int r = sbx_http_upload(c->t->http, p, in, (int64_t) len, &resp, &err);
     fclose(in);
     fz_results_step(c->res, c->test_row, "upload", ms_since(&t0), r == 0);
     if (r < 0)
-        return api_failed(c, "upload", &err);
+        return api_failed(c, "upload", err.msg);
     json_t *size = json_object_get(resp.json, "size");
     if (json_is_integer(size) && (size_t) json_integer_value(size) != len)
         return fz_fail(c, FZ_INTERFACE, "upload of %s: sent %zu bytes, the API says %lld arrived", path, len,
@@ -212,38 +457,233 @@ int fz_put(fz_ctx *c, const char *path, const void *data, size_t len)
     return 0;
 }
 
-int fz_get(fz_ctx *c, const char *path, char **data, size_t *len)
+/* Append a base64 or text value to a memory stream. */
+static int append_decoded(fz_ctx *c, FILE *out, json_t *v, const char *enc, const char *what)
 {
-    _cleanup_free_ char *p = file_path(c, path);
-    *data = NULL;
-    *len = 0;
-    FILE *out = open_memstream(data, len);
-    if (!p || !out) {
-        if (out)
-            fclose(out);
-        return fz_fail(c, FZ_HARNESS, "download of %s: out of memory", path);
-    }
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    sbx_error err = { 0 };
-    int r = sbx_http_download(c->http, p, out, &err);
-    fclose(out);
-    fz_results_step(c->res, c->test_row, "download", ms_since(&t0), r == 0);
-    if (r < 0) {
-        free(*data);
-        *data = NULL;
-        return api_failed(c, "download", &err);
+    size_t n = json_string_length(v), got = 0;
+    if (enc && strcmp(enc, "base64") == 0) {
+        _cleanup_free_ unsigned char *bin = malloc(n + 1);
+        if (!bin)
+            return fz_fail(c, FZ_HARNESS, "out of memory");
+        if (sodium_base642bin(bin, n + 1, json_string_value(v), n, NULL, &got, NULL, sodium_base64_VARIANT_ORIGINAL))
+            return fz_fail(c, FZ_INTERFACE, "%s: the content is not valid base64", what);
+        fwrite(bin, 1, got, out);
+    } else {
+        fwrite(json_string_value(v), 1, n, out);
     }
     return 0;
 }
 
-long fz_request_status(fz_ctx *c, const char *method, const char *path, json_t *body)
+/* One files_read of path, appended to out.  1: refused (msg says why). */
+static int mcp_read(fz_ctx *c, const char *path, FILE *out, char *msg, size_t msg_size)
 {
-    sbx_error err = { 0 };
+    char code[64];
+    _cleanup_json_ json_t *args =
+        json_pack("{s:s, s:s, s:s}", "sandbox_id", c->sandbox, "path", path, "encoding", "base64");
+    _cleanup_json_ json_t *st = NULL;
+    int r = tool(c, "download", "files_read", args, &st, code, msg, msg_size);
+    if (r != 0)
+        return r;
+    json_t *content = json_object_get(st, "content");
+    if (!json_is_string(content))
+        return fz_fail(c, FZ_INTERFACE, "files_read of %s: no content", path);
+    long before = ftell(out);
+    if (append_decoded(c, out, content, json_string_value(json_object_get(st, "encoding")), "files_read") < 0)
+        return -1;
+    fflush(out);
+    json_t *size = json_object_get(st, "size");
+    if (json_is_integer(size) && json_integer_value(size) != ftell(out) - before)
+        return fz_fail(c, FZ_INTERFACE, "files_read of %s: size %lld, content %ld bytes", path,
+                       (long long) json_integer_value(size), ftell(out) - before);
+    return 0;
+}
+
+static int mcp_get(fz_ctx *c, const char *path, FILE *out)
+{
+    char msg[512];
+    int r = mcp_read(c, path, out, msg, sizeof msg);
+    if (r <= 0)
+        return r;
+    if (!strstr(msg, "returns at most"))
+        return fz_fail(c, FZ_INTERFACE, "files_read of %s: %s", path, msg);
+    /* too large for one files_read: cut inside into parts that are not
+     * (command_run, which returns no bytes), each read with files_read */
+    _cleanup_free_ char *part = NULL;
+    if (asprintf(&part, "%s.fzpart", path) < 0)
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    for (size_t off = 0;; off += MCP_GET_PART) {
+        char from[32], count[32];
+        snprintf(from, sizeof from, "%zu", off + 1);
+        snprintf(count, sizeof count, "%u", MCP_GET_PART);
+        _cleanup_json_ json_t *res = NULL;
+        if (mcp_sh(c, "download", "tail -c +\"$1\" -- \"$2\" | head -c \"$3\" > \"$4\"",
+                   json_pack("[s, s, s, s]", from, path, count, part), &res) < 0)
+            return -1;
+        long before = ftell(out);
+        r = mcp_read(c, part, out, msg, sizeof msg);
+        if (r != 0)
+            return r < 0 ? -1 : fz_fail(c, FZ_INTERFACE, "files_read of a part of %s: %s", path, msg);
+        if (ftell(out) - before < (long) MCP_GET_PART)
+            break;
+    }
+    _cleanup_json_ json_t *res = NULL;
+    return mcp_sh(c, "download", "rm -f -- \"$1\"", json_pack("[s]", part), &res);
+}
+
+int fz_get(fz_ctx *c, const char *path, char **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    FILE *out = open_memstream(data, len);
+    _cleanup_free_ char *p = is_mcp(c) ? NULL : file_path(c, path);
+    if (!out || (!is_mcp(c) && !p)) {
+        if (out)
+            fclose(out);
+        return fz_fail(c, FZ_HARNESS, "download of %s: out of memory", path);
+    }
+    int r;
+    if (is_mcp(c)) {
+        r = mcp_get(c, path, out);
+    } else {
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        sbx_error err = { 0 };
+        r = sbx_http_download(c->t->http, p, out, &err);
+        fz_results_step(c->res, c->test_row, "download", ms_since(&t0), r == 0);
+        if (r < 0)
+            api_failed(c, "download", err.msg);
+    }
+    fclose(out);
+    if (r < 0) {
+        free(*data);
+        *data = NULL;
+        *len = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* A call that must succeed, over either interface; *out its result. */
+static int call(fz_ctx *c, const char *op, const char *method, const char *rest_path, const char *tool_name,
+                json_t *body, json_t *args, json_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (is_mcp(c)) {
+        json_t *st = must(c, op, tool_name, args);
+        if (!st)
+            return -1;
+        if (out)
+            *out = st;
+        else
+            json_decref(st);
+        return 0;
+    }
+    char code[64], msg[512];
     _cleanup_http_resp_ sbx_http_resp resp = { 0 };
+    int r = rest(c, op, method, rest_path, body, &resp, code, msg, sizeof msg);
+    if (r != 0)
+        return r < 0 ? -1 : fz_fail(c, FZ_INTERFACE, "%s %s: %s", method, rest_path, msg);
+    if (out)
+        *out = json_incref(resp.json);
+    return 0;
+}
+
+int fz_delete(fz_ctx *c, const char *id)
+{
+    _cleanup_free_ char *path = sandbox_path(id, "");
+    _cleanup_json_ json_t *args = json_pack("{s:s}", "sandbox_id", id);
+    return call(c, "delete", "DELETE", path, "sandbox_kill", NULL, args, NULL);
+}
+
+int fz_set_timeout(fz_ctx *c, long timeout_s)
+{
+    _cleanup_free_ char *path = sandbox_path(c->sandbox, "/timeout");
+    _cleanup_json_ json_t *body = json_pack("{s:I}", "timeout_s", (json_int_t) timeout_s);
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:I}", "sandbox_id", c->sandbox, "timeout_s", (json_int_t) timeout_s);
+    return call(c, "timeout", "POST", path, "sandbox_set_timeout", body, args, NULL);
+}
+
+int fz_set_network(fz_ctx *c, json_t *policy)
+{
+    _cleanup_free_ char *path = sandbox_path(c->sandbox, "/network");
+    _cleanup_json_ json_t *args = json_deep_copy(policy);
+    json_object_set_new(args, "sandbox_id", json_string(c->sandbox));
+    return call(c, "network", "PATCH", path, "sandbox_network", policy, args, NULL);
+}
+
+int fz_info(fz_ctx *c, const char *id, json_t **sandbox)
+{
+    _cleanup_free_ char *path = sandbox_path(id, "");
+    _cleanup_json_ json_t *args = json_pack("{s:s}", "sandbox_id", id);
+    return call(c, "info", "GET", path, "sandbox_info", NULL, args, sandbox);
+}
+
+/* A call that should be refused: 1 and the code if it was. */
+static int refused(fz_ctx *c, const char *op, const char *method, const char *rest_path, const char *tool_name,
+                   json_t *body, json_t *args, char code[64])
+{
+    char msg[512];
+    code[0] = '\0';
+    if (is_mcp(c)) {
+        _cleanup_json_ json_t *out = NULL;
+        int r = tool(c, op, tool_name, args, &out, code, msg, sizeof msg);
+        if (r == 1)
+            fz_evidence(c, "refused", "%s: %s", tool_name, msg);
+        return r;
+    }
+    if (!rest_path)
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    _cleanup_http_resp_ sbx_http_resp resp = { 0 };
+    int r = rest(c, op, method, rest_path, body, &resp, code, msg, sizeof msg);
+    if (r == 1)
+        fz_evidence(c, "refused", "%s %s: %s", method, rest_path, msg);
+    return r;
+}
+
+int fz_try_read(fz_ctx *c, const char *path, char code[64])
+{
+    if (is_mcp(c)) {
+        _cleanup_json_ json_t *args = json_pack("{s:s, s:s}", "sandbox_id", c->sandbox, "path", path);
+        return refused(c, "download", NULL, NULL, "files_read", NULL, args, code);
+    }
+    /* a download: the file's bytes when it is not refused (not JSON) */
+    _cleanup_free_ char *p = file_path(c, path);
+    char *bytes = NULL;
+    size_t n = 0;
+    FILE *out = open_memstream(&bytes, &n);
+    if (!p || !out) {
+        if (out)
+            fclose(out);
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    }
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int r = sbx_http_json(c->http, method, path, body, &resp, &err);
-    fz_results_step(c->res, c->test_row, "request", ms_since(&t0), true);
-    return r == 0 ? resp.status : sbx_http_status(c->http);
+    sbx_error err = { 0 };
+    int r = sbx_http_download(c->t->http, p, out, &err);
+    fclose(out);
+    free(bytes);
+    fz_results_step(c->res, c->test_row, "download", ms_since(&t0), r == 0);
+    if (r == 0)
+        return 0;
+    if (sbx_http_status(c->t->http) == 0)
+        return api_failed(c, "download", err.msg);
+    snprintf(code, 64, "%s", sbx_http_error_code(c->t->http));
+    fz_evidence(c, "refused", "GET %s: %s", p, err.msg);
+    return 1;
+}
+
+int fz_try_remove(fz_ctx *c, const char *path, char code[64])
+{
+    _cleanup_free_ char *p = is_mcp(c) ? NULL : file_path(c, path);
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:s}", "sandbox_id", c->sandbox, "path", path);
+    return refused(c, "remove", "DELETE", p, "files_remove", NULL, args, code);
+}
+
+int fz_try_exec_in(fz_ctx *c, const char *id, char code[64])
+{
+    _cleanup_free_ char *p = sandbox_path(id, "/commands");
+    _cleanup_json_ json_t *body = json_pack("{s:s}", "cmd", "true");
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:s}", "sandbox_id", id, "cmd", "true");
+    return refused(c, "exec", "POST", p, "command_run", body, args, code);
 }

@@ -55,8 +55,8 @@ def test_seeded_run_passes_and_reports(api, sbxd_daemon, tmp_path):
 def test_usage_errors(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
     assert fuzz("run", env=env).returncode == 2                      # no target, no key
-    r = fuzz("run", "--target", "http://127.0.0.1:9", "--key", "k" * 20, "--interface", "mcp", env=env)
-    assert r.returncode == 2 and "only rest" in r.stderr
+    r = fuzz("run", "--target", "http://127.0.0.1:9", "--key", "k" * 20, "--interface", "grpc", env=env)
+    assert r.returncode == 2 and "rest or mcp" in r.stderr
     assert fuzz("run", "--target", "x", "--key", "y", "--count", "0", env=env).returncode == 2
     assert fuzz("run", "--target", "x", "--key", "y", "--domain", "nope", env=env).returncode == 2
     assert fuzz("bogus", env=env).returncode == 2
