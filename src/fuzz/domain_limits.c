@@ -21,11 +21,45 @@ static int still_usable(fz_ctx *c)
     return code == 0 && strcmp(out, "alive\n") == 0 ? 0 : fz_fail(c, FZ_SANDBOX, "not usable after the limit hit");
 }
 
+/* The test's sandbox again, with a limit of its own drawn from the seed:
+ * a limit is checked against what was asked for, not against a default. */
+static int sandbox_with(fz_ctx *c, const char *limit, long value)
+{
+    if (fz_delete(c, c->sandbox) < 0)
+        return -1;
+    c->sandbox[0] = '\0';
+    _cleanup_json_ json_t *body =
+        json_pack("{s:i, s:{s:s}, s:I}", "timeout_s", 300, "metadata", "sbx.fuzz", "1", limit, (json_int_t) value);
+    fz_evidence(c, "limit", "%s %ld", limit, value);
+    return fz_create(c, body);
+}
+
+/* The last number a command printed (its progress when it was stopped). */
+static long last_number(const char *out)
+{
+    long n = -1;
+    for (const char *p = out; p && *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end != p)
+            n = v, p = end;
+        else
+            p++;
+    }
+    return n;
+}
+
 static int memory_hog(fz_ctx *c)
 {
-    _cleanup_json_ json_t *body = json_pack("{s:s, s:i}", "cmd",
-                                            "python3 -c 'b = []\nwhile True: b.append(bytearray(16 << 20))'",
-                                            "timeout_s", 60);
+    long limit = 128 + 64 * (long) fz_below(&c->rng, 5); /* MiB */
+    if (sandbox_with(c, "memory_mb", limit) < 0)
+        return -1;
+    /* 16 MiB at a time, touched, the total printed as it grows */
+    _cleanup_json_ json_t *body = json_pack(
+        "{s:s, s:i}", "cmd",
+        "python3 -c 'import sys\nb = []\nwhile True:\n b.append(bytearray(16 << 20)); print(16 * len(b), "
+        "flush=True)'",
+        "timeout_s", 60);
     json_t *res = NULL;
     if (fz_exec_json(c, body, &res) < 0)
         return -1;
@@ -33,14 +67,20 @@ static int memory_hog(fz_ctx *c)
     json_t *code = json_object_get(res, "exit_code");
     bool memerr = json_is_integer(code) && json_integer_value(code) == 1 &&
                   strstr(json_string_value(json_object_get(res, "stderr")) ?: "", "MemoryError");
+    long got = last_number(json_string_value(json_object_get(res, "stdout")));
     json_decref(res);
     if (!oom && !memerr)
         return fz_fail(c, FZ_SANDBOX, "a memory hog was neither OOM-killed nor refused memory");
+    if (got > limit) /* the writable layer counts too, so it stops short of the limit */
+        return fz_fail(c, FZ_SANDBOX, "a memory limit of %ld MiB did not hold: %ld MiB were allocated", limit, got);
     return still_usable(c);
 }
 
 static int fork_bomb(fz_ctx *c)
 {
+    long limit = 32 + 32 * (long) fz_below(&c->rng, 4);
+    if (sandbox_with(c, "pids", limit) < 0)
+        return -1;
     _cleanup_json_ json_t *body =
         json_pack("{s:s, s:i}", "cmd", "python3 -c 'import os\nn=0\ntry:\n    while True:\n        os.fork() or "
                                        "__import__(\"time\").sleep(30); n+=1\nexcept OSError: print(\"limited\", n)'",
@@ -50,9 +90,12 @@ static int fork_bomb(fz_ctx *c)
         return -1;
     const char *out = json_string_value(json_object_get(res, "stdout"));
     bool limited = out && strstr(out, "limited");
+    long forked = last_number(out);
     json_decref(res);
     if (!limited)
         return fz_fail(c, FZ_SANDBOX, "forking without end was never refused");
+    if (forked > limit)
+        return fz_fail(c, FZ_SANDBOX, "a limit of %ld processes did not hold: %ld were forked", limit, forked);
     int code;
     if (fz_exec(c, "pkill -9 -f os.fork; true", &code, NULL, NULL, NULL, NULL) < 0)
         return -1;
@@ -61,17 +104,27 @@ static int fork_bomb(fz_ctx *c)
 
 static int disk_fill(fz_ctx *c)
 {
+    long limit = 32 + 32 * (long) fz_below(&c->rng, 4); /* MiB */
+    if (sandbox_with(c, "disk_mb", limit) < 0)
+        return -1;
     _cleanup_json_ json_t *body = json_pack("{s:s, s:i}", "cmd", "dd if=/dev/zero of=/home/user/fill bs=1M 2>&1; "
-                                                                  "echo exit=$?",
+                                                                  "echo exit=$?; du -m /home/user/fill",
                                             "timeout_s", 60);
     json_t *res = NULL;
     if (fz_exec_json(c, body, &res) < 0)
         return -1;
     const char *out = json_string_value(json_object_get(res, "stdout"));
     bool full = out && strstr(out, "No space left");
+    const char *du = out ? strstr(out, "exit=") : NULL;
+    long used = du ? strtol(du + strcspn(du, "\n"), NULL, 10) : -1;
+    if (!full) {
+        fz_fail(c, FZ_SANDBOX, "filling the disk did not end in ENOSPC: %.200s", out ? out : "");
+        json_decref(res);
+        return -1;
+    }
     json_decref(res);
-    if (!full)
-        return fz_fail(c, FZ_SANDBOX, "filling the disk did not end in ENOSPC: %.200s", out ? out : "");
+    if (used > limit)
+        return fz_fail(c, FZ_SANDBOX, "a disk of %ld MiB took %ld MiB", limit, used);
     int code;
     if (fz_exec(c, "rm -f /home/user/fill", &code, NULL, NULL, NULL, NULL) < 0)
         return -1;
