@@ -118,7 +118,87 @@ static int missing_command(fz_ctx *c)
     return 0;
 }
 
+/* The running command with this pid in a listing: 1 running, 0 ended, -1 absent. */
+static int command_state(json_t *list, long pid, json_t **cmd)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(list, "commands"), i, e)
+    {
+        if (json_integer_value(json_object_get(e, "pid")) == pid) {
+            *cmd = e;
+            return json_is_true(json_object_get(e, "running"));
+        }
+    }
+    return -1;
+}
+
+/* How many processes named `name` run in the sandbox. */
+static int count_procs(fz_ctx *c, const char *name, int *n)
+{
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "n=0; for f in /proc/[0-9]*/comm; do [ \"$(cat $f 2>/dev/null)\" = %s ] && n=$((n+1)); done; echo $n",
+             name);
+    int code;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c, cmd, &code, &out, &ol, NULL, NULL) < 0)
+        return -1;
+    *n = code == 0 ? atoi(out) : -1;
+    return 0;
+}
+
+/* A background command with children of its own: it is listed as running,
+ * a kill ends its whole tree (no child survives), and the listing then
+ * shows it ended by SIGKILL. */
+static int background_tree(fz_ctx *c)
+{
+    int kids = 1 + (int) fz_below(&c->rng, 4);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "for i in $(seq %d); do sleep 300 & done; echo started; wait", kids);
+    _cleanup_json_ json_t *body = json_pack("{s:s, s:b}", "cmd", cmd, "background", 1);
+    _cleanup_json_ json_t *res = NULL;
+    if (fz_exec_json(c, body, &res) < 0)
+        return -1;
+    long pid = (long) json_integer_value(json_object_get(res, "pid"));
+    if (pid <= 0)
+        return fz_fail(c, FZ_INTERFACE, "a background command: no pid in the answer");
+    int n = 0;
+    for (int tries = 0; tries < 50 && n < kids; tries++) /* until the children exist */
+        if (count_procs(c, "sleep", &n) < 0)
+            return -1;
+    if (n != kids)
+        return fz_fail(c, FZ_SANDBOX, "%d sleeping children expected, %d found", kids, n);
+    _cleanup_json_ json_t *list = NULL;
+    json_t *e = NULL;
+    if (fz_commands(c, &list) < 0)
+        return -1;
+    if (command_state(list, pid, &e) != 1)
+        return fz_fail(c, FZ_INTERFACE, "the background command %ld is not listed as running", pid);
+    if (fz_kill_command(c, pid) < 0)
+        return -1;
+    for (int tries = 0; tries < 50; tries++) { /* the tree is SIGKILLed: at once, but not synchronously */
+        if (count_procs(c, "sleep", &n) < 0)
+            return -1;
+        if (n == 0)
+            break;
+    }
+    if (n != 0)
+        return fz_fail(c, FZ_SANDBOX, "%d children of a killed command still run", n);
+    json_decref(list);
+    list = NULL;
+    if (fz_commands(c, &list) < 0)
+        return -1;
+    if (command_state(list, pid, &e) != 0)
+        return fz_fail(c, FZ_INTERFACE, "the killed command %ld is not listed as ended", pid);
+    if (json_integer_value(json_object_get(e, "signal")) != 9)
+        return fz_fail(c, FZ_INTERFACE, "the killed command's signal is %lld, not 9",
+                       json_integer_value(json_object_get(e, "signal")));
+    return 0;
+}
+
 static const fz_test_def tests[] = {
+    { "exec.background_tree", background_tree },
     { "exec.exit_code", exit_code }, { "exec.signal", signal_death },  { "exec.stdin_env_cwd", stdin_env_cwd },
     { "exec.big_output", big_output }, { "exec.timeout", timeout }, { "exec.missing_command", missing_command },
 };

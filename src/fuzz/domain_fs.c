@@ -205,7 +205,98 @@ static int rename_delete(fz_ctx *c)
     return r < 0 ? -1 : 0;
 }
 
+/* The entry named name in a listing, or NULL. */
+static json_t *entry_named(json_t *entries, const char *path)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(entries, i, e)
+    {
+        const char *p = json_string_value(json_object_get(e, "path"));
+        if (p && strcmp(p, path) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Directories made and a file moved through the file API (not commands);
+ * the API's listing and stat must agree with what was written, and with
+ * what `find` inside says. */
+static int api_tree(fz_ctx *c)
+{
+    char top[64];
+    snprintf(top, sizeof top, "/home/user/api%llu", (unsigned long long) fz_below(&c->rng, 1u << 30));
+    size_t nfiles = 1 + (size_t) fz_below(&c->rng, 6);
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/a/b", top);
+    if (fz_mkdir(c, dir) < 0)
+        return -1;
+    size_t sizes[8];
+    char paths[8][200];
+    for (size_t i = 0; i < nfiles; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "f%zu-%llu.bin", i, (unsigned long long) fz_below(&c->rng, 1000));
+        snprintf(paths[i], sizeof paths[i], "%s/%s/%s", top, i % 2 ? "a/b" : "a", name);
+        sizes[i] = (size_t) fz_below(&c->rng, 5000);
+        _cleanup_free_ uint8_t *d = malloc(sizes[i] + 1);
+        fz_bytes(&c->rng, d, sizes[i]);
+        if (fz_put(c, paths[i], d, sizes[i]) < 0)
+            return -1;
+    }
+    /* the first file moves to the top */
+    char moved[240];
+    snprintf(moved, sizeof moved, "%s/moved-%s", top, strrchr(paths[0], '/') + 1);
+    if (fz_move(c, paths[0], moved) < 0)
+        return -1;
+    snprintf(paths[0], sizeof paths[0], "%s", moved);
+    _cleanup_json_ json_t *entries = NULL;
+    if (fz_list(c, top, 3, &entries) < 0)
+        return -1;
+    /* the listing: the two directories and every file, with its size */
+    if (json_array_size(entries) != nfiles + 2)
+        return fz_fail(c, FZ_INTERFACE, "the listing of %s has %zu entries, not %zu", top, json_array_size(entries),
+                       nfiles + 2);
+    for (size_t i = 0; i < nfiles; i++) {
+        json_t *e = entry_named(entries, paths[i]);
+        if (!e)
+            return fz_fail(c, FZ_INTERFACE, "the listing has no %s", paths[i]);
+        const char *type = json_string_value(json_object_get(e, "type"));
+        if (!type || strcmp(type, "file") != 0 || json_integer_value(json_object_get(e, "size")) != (json_int_t) sizes[i])
+            return fz_fail(c, FZ_INTERFACE, "the listing says %s is a %s of %lld bytes, not a file of %zu", paths[i],
+                           type ? type : "?", json_integer_value(json_object_get(e, "size")), sizes[i]);
+        _cleanup_json_ json_t *st = NULL;
+        if (fz_stat(c, paths[i], &st) < 0)
+            return -1;
+        if (json_integer_value(json_object_get(st, "size")) != (json_int_t) sizes[i])
+            return fz_fail(c, FZ_INTERFACE, "stat says %s has %lld bytes, not %zu", paths[i],
+                           json_integer_value(json_object_get(st, "size")), sizes[i]);
+    }
+    _cleanup_json_ json_t *st = NULL;
+    if (fz_stat(c, dir, &st) < 0)
+        return -1;
+    if (!json_is_string(json_object_get(st, "type")) || strcmp(json_string_value(json_object_get(st, "type")), "dir"))
+        return fz_fail(c, FZ_INTERFACE, "stat of the directory %s: %s", dir,
+                       json_string_value(json_object_get(st, "type")) ?: "no type");
+    /* inside: the same files and sizes */
+    _cleanup_free_ char *cmd = NULL;
+    if (asprintf(&cmd, "find %s -type f -printf '%%s %%p\\n' | sort -k2", top) < 0)
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    int code;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c, cmd, &code, &out, &ol, NULL, NULL) < 0)
+        return -1;
+    for (size_t i = 0; i < nfiles; i++) {
+        char line[260];
+        snprintf(line, sizeof line, "%zu %s\n", sizes[i], paths[i]);
+        if (!strstr(out, line))
+            return fz_fail(c, FZ_SANDBOX, "inside, %s is not a file of %zu bytes: %.300s", paths[i], sizes[i], out);
+    }
+    return 0;
+}
+
 static const fz_test_def tests[] = {
+    { "fs.api_tree", api_tree },
     { "fs.write_read", write_read },         { "fs.deep_tree", deep_tree },
     { "fs.many_small", many_small },         { "fs.append_truncate", append_truncate },
     { "fs.rename_delete", rename_delete },

@@ -73,7 +73,71 @@ static int list_extend_end(fz_ctx *c)
     return r < 0 ? -1 : 0;
 }
 
+#include <unistd.h>
+
+/* The states of a listing's sandboxes: how many are running, how many expired. */
+static void states(json_t *list, size_t *running, size_t *expired)
+{
+    *running = *expired = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(list, "sandboxes"), i, e)
+    {
+        const char *st = json_string_value(json_object_get(e, "state"));
+        *running += st && strcmp(st, "running") == 0;
+        *expired += st && strcmp(st, "expired") == 0;
+    }
+}
+
+/* Several sandboxes with short timeouts, found by their metadata: listed
+ * while they run, expired on time, and refusing work afterwards. */
+static int many_expire(fz_ctx *c)
+{
+    size_t n = 2 + (size_t) fz_below(&c->rng, 4);
+    long timeout = 1 + (long) fz_below(&c->rng, 2);
+    char group[40], ids[6][33];
+    /* not from the seed: a rerun of the seed must not find these */
+    snprintf(group, sizeof group, "g-%s", c->sandbox);
+    char mine[33];
+    snprintf(mine, sizeof mine, "%s", c->sandbox);
+    for (size_t i = 0; i < n; i++) {
+        _cleanup_json_ json_t *body = json_pack("{s:I, s:{s:s, s:s}}", "timeout_s", (json_int_t) timeout, "metadata",
+                                                "sbx.fuzz", "1", "sbx.fuzz.group", group);
+        int r = fz_create(c, body);
+        snprintf(ids[i], sizeof ids[i], "%s", c->sandbox);
+        snprintf(c->sandbox, sizeof c->sandbox, "%s", mine);
+        if (r < 0)
+            return -1;
+    }
+    _cleanup_json_ json_t *list = NULL;
+    if (fz_sandboxes(c, "sbx.fuzz.group", group, &list) < 0)
+        return -1;
+    size_t running, expired;
+    states(list, &running, &expired);
+    if (json_array_size(json_object_get(list, "sandboxes")) != n)
+        return fz_fail(c, FZ_INTERFACE, "%zu sandboxes made with metadata %s, %zu listed", n, group,
+                       json_array_size(json_object_get(list, "sandboxes")));
+    /* they end within their timeout and a little (the reaper's tick) */
+    for (int tries = 0; tries < 40 && expired < n; tries++) {
+        usleep(250000);
+        json_decref(list);
+        list = NULL;
+        if (fz_sandboxes(c, "sbx.fuzz.group", group, &list) < 0)
+            return -1;
+        states(list, &running, &expired);
+    }
+    if (expired != n)
+        return fz_fail(c, FZ_SANDBOX, "%zu of %zu sandboxes with a %ld s timeout expired within 10 s", expired, n,
+                       timeout);
+    char code[64];
+    int r = fz_try_exec_in(c, ids[fz_below(&c->rng, n)], code);
+    if (r == 0)
+        return fz_fail(c, FZ_SANDBOX, "a command ran in an expired sandbox");
+    return r < 0 ? -1 : 0;
+}
+
 static const fz_test_def tests[] = {
+    { "lifecycle.many_expire", many_expire },
     { "lifecycle.isolation", isolation },
     { "lifecycle.list_extend_end", list_extend_end },
 };

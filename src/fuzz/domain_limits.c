@@ -145,7 +145,62 @@ static int output_flood(fz_ctx *c)
     return still_usable(c);
 }
 
+/* A CPU spinner under a fraction of a CPU gets about that fraction. */
+static int cpu_spin(fz_ctx *c)
+{
+    int pct = 20 + 10 * (int) fz_below(&c->rng, 4); /* 20..50 % */
+    _cleanup_json_ json_t *create = json_pack("{s:i, s:{s:s}, s:f}", "timeout_s", 300, "metadata", "sbx.fuzz", "1",
+                                              "cpus", pct / 100.0);
+    if (fz_delete(c, c->sandbox) < 0)
+        return -1;
+    c->sandbox[0] = '\0';
+    fz_evidence(c, "limit", "cpus %.2f", pct / 100.0);
+    if (fz_create(c, create) < 0)
+        return -1;
+    int code;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c,
+                "python3 -c 'import time\nw=time.monotonic(); c=time.process_time()\n"
+                "while time.monotonic() - w < 2: pass\nprint(round(100 * (time.process_time() - c) / "
+                "(time.monotonic() - w)))'",
+                &code, &out, &ol, NULL, NULL) < 0)
+        return -1;
+    if (code != 0)
+        return fz_fail(c, FZ_HARNESS, "the spinner failed (exit %d)", code);
+    int used = atoi(out);
+    fz_evidence(c, "used", "%d %% of a CPU", used);
+    /* CFS enforces the quota per 100 ms period: some slack, not double */
+    if (used > pct * 3 / 2 + 5)
+        return fz_fail(c, FZ_SANDBOX, "a limit of %d %% of a CPU did not hold: %d %% used", pct, used);
+    return still_usable(c);
+}
+
+/* Creating empty files without end: the inode bound of the disk stops it
+ * with ENOSPC, the files can be removed, the sandbox goes on. */
+static int inode_storm(fz_ctx *c)
+{
+    long disk = 16 + 16 * (long) fz_below(&c->rng, 3);
+    if (sandbox_with(c, "disk_mb", disk) < 0)
+        return -1;
+    int code;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c,
+                "python3 -c 'import os,errno\nos.mkdir(\"/home/user/st\")\nn=0\ntry:\n while n < 1000000:\n"
+                "  open(\"/home/user/st/%d\" % n, \"w\").close(); n+=1\nexcept OSError as e: print(errno.errorcode[e.errno], n)'"
+                "; rm -rf /home/user/st",
+                &code, &out, &ol, NULL, NULL) < 0)
+        return -1;
+    if (strncmp(out, "ENOSPC", 6) != 0)
+        return fz_fail(c, FZ_SANDBOX, "a file-creation storm on a %ld MiB disk did not end in ENOSPC: %.200s", disk,
+                       out);
+    fz_evidence(c, "made", "%s", out);
+    return still_usable(c);
+}
+
 static const fz_test_def tests[] = {
+    { "limits.cpu_spin", cpu_spin }, { "limits.inode_storm", inode_storm },
     { "limits.memory_hog", memory_hog }, { "limits.fork_bomb", fork_bomb },
     { "limits.disk_fill", disk_fill },   { "limits.output_flood", output_flood },
 };

@@ -99,6 +99,18 @@ int fz_set_network(fz_ctx *c, json_t *policy);
 /* Sandbox id's record (also of an ended one) into *sandbox (to json_decref). */
 int fz_info(fz_ctx *c, const char *id, json_t **sandbox);
 
+/* The file API (not a command inside): entries as GET .../files/list,
+ * one entry as .../files/stat. */
+int fz_list(fz_ctx *c, const char *path, int depth, json_t **entries);
+int fz_stat(fz_ctx *c, const char *path, json_t **entry);
+int fz_mkdir(fz_ctx *c, const char *path);
+int fz_move(fz_ctx *c, const char *from, const char *to);
+/* The sandbox's commands ({"commands": [...]}), and a kill of one's process tree. */
+int fz_commands(fz_ctx *c, json_t **list);
+int fz_kill_command(fz_ctx *c, long pid);
+/* The key's sandboxes, every state, with metadata key=value ({"sandboxes": [...]}). */
+int fz_sandboxes(fz_ctx *c, const char *key, const char *value, json_t **list);
+
 /* Operations that should be refused.  Each returns 1 when the service
  * refused, with the error's code ("not_found", "conflict", "forbidden",
  * ...; "" if the answer named none) in code; 0 when it did it after all;

@@ -619,6 +619,81 @@ int fz_info(fz_ctx *c, const char *id, json_t **sandbox)
     return call(c, "info", "GET", path, "sandbox_info", NULL, args, sandbox);
 }
 
+/* A path with a query for the file API: P escaped, then extra. */
+static char *files_query(fz_ctx *c, const char *what, const char *path, const char *extra)
+{
+    sbx_error err = { 0 };
+    _cleanup_free_ char *e = sbx_http_escape(c->t->http, path, &err);
+    char *p = NULL;
+    if (e && asprintf(&p, "/v1/sandboxes/%s/files/%s?path=%s%s", c->sandbox, what, e, extra) < 0)
+        p = NULL;
+    return p;
+}
+
+int fz_list(fz_ctx *c, const char *path, int depth, json_t **entries)
+{
+    char extra[32];
+    snprintf(extra, sizeof extra, "&depth=%d", depth);
+    _cleanup_free_ char *p = is_mcp(c) ? NULL : files_query(c, "list", path, extra);
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:s, s:i}", "sandbox_id", c->sandbox, "path", path, "depth", depth);
+    _cleanup_json_ json_t *out = NULL;
+    if (call(c, "list", "GET", p, "files_list", NULL, args, &out) < 0)
+        return -1;
+    *entries = json_incref(json_object_get(out, "entries"));
+    return json_is_array(*entries) ? 0 : fz_fail(c, FZ_INTERFACE, "a listing without entries");
+}
+
+int fz_stat(fz_ctx *c, const char *path, json_t **entry)
+{
+    _cleanup_free_ char *p = is_mcp(c) ? NULL : files_query(c, "stat", path, "");
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:s}", "sandbox_id", c->sandbox, "path", path);
+    return call(c, "stat", "GET", p, "files_stat", NULL, args, entry);
+}
+
+int fz_mkdir(fz_ctx *c, const char *path)
+{
+    _cleanup_free_ char *p = sandbox_path(c->sandbox, "/files/mkdir");
+    _cleanup_json_ json_t *body = json_pack("{s:s}", "path", path);
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:s}", "sandbox_id", c->sandbox, "path", path);
+    return call(c, "mkdir", "POST", p, "files_mkdir", body, args, NULL);
+}
+
+int fz_move(fz_ctx *c, const char *from, const char *to)
+{
+    _cleanup_free_ char *p = sandbox_path(c->sandbox, "/files/move");
+    _cleanup_json_ json_t *body = json_pack("{s:s, s:s}", "from", from, "to", to);
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:s, s:s}", "sandbox_id", c->sandbox, "from", from, "to", to);
+    return call(c, "move", "POST", p, "files_move", body, args, NULL);
+}
+
+int fz_commands(fz_ctx *c, json_t **list)
+{
+    _cleanup_free_ char *p = sandbox_path(c->sandbox, "/commands");
+    _cleanup_json_ json_t *args = json_pack("{s:s}", "sandbox_id", c->sandbox);
+    return call(c, "commands", "GET", p, "command_list", NULL, args, list);
+}
+
+int fz_kill_command(fz_ctx *c, long pid)
+{
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, "/commands/%ld", pid);
+    _cleanup_free_ char *p = sandbox_path(c->sandbox, suffix);
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:I}", "sandbox_id", c->sandbox, "pid", (json_int_t) pid);
+    return call(c, "kill", "DELETE", p, "command_kill", NULL, args, NULL);
+}
+
+int fz_sandboxes(fz_ctx *c, const char *key, const char *value, json_t **list)
+{
+    sbx_error err = { 0 };
+    _cleanup_free_ char *ek = is_mcp(c) ? NULL : sbx_http_escape(c->t->http, key, &err);
+    _cleanup_free_ char *ev = is_mcp(c) ? NULL : sbx_http_escape(c->t->http, value, &err);
+    _cleanup_free_ char *p = NULL;
+    if (ek && ev && asprintf(&p, "/v1/sandboxes?state=all&metadata.%s=%s", ek, ev) < 0)
+        p = NULL;
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:{s:s}}", "state", "all", "metadata", key, value);
+    return call(c, "list", "GET", p, "sandbox_list", NULL, args, list);
+}
+
 /* A call that should be refused: 1 and the code if it was. */
 static int refused(fz_ctx *c, const char *op, const char *method, const char *rest_path, const char *tool_name,
                    json_t *body, json_t *args, char code[64])
