@@ -83,7 +83,55 @@ static int c_compile_run(fz_ctx *c)
     return 0;
 }
 
+/* A word count over generated text, by Perl, Python and awk (what Debian
+ * images carry besides), and the harness: the same words, the same counts. */
+static int text_tools(fz_ctx *c)
+{
+    /* in code point (and byte) order: the order the tools sort in */
+    static const char *const words[] = { "alpha", "beta", "delta", "gamma", "zeta", "épsilon" };
+    size_t n = 1 + (size_t) fz_below(&c->rng, 3000);
+    size_t count[6] = { 0 };
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    for (size_t i = 0; i < n; i++) {
+        size_t w = (size_t) fz_below(&c->rng, 6);
+        count[w]++;
+        fprintf(f, "%s%s", words[w], fz_below(&c->rng, 8) ? " " : "\n");
+    }
+    fclose(f);
+    int r = fz_put(c, "/home/user/words.txt", text, len);
+    free(text);
+    if (r < 0)
+        return -1;
+    char expect[256] = "";
+    for (size_t w = 0; w < 6; w++) {
+        size_t l = strlen(expect);
+        if (count[w])
+            snprintf(expect + l, sizeof expect - l, "%s %zu\n", words[w], count[w]);
+    }
+    static const struct {
+        const char *what, *cmd;
+    } tools[] = {
+        { "perl", "perl -CSD -ne 'for (split) { $c{$_}++ } END { print \"$_ $c{$_}\\n\" for sort keys %c }' words.txt" },
+        { "python3", "python3 -c 'import collections,sys\nc=collections.Counter(open(\"words.txt\", encoding=\"utf-8\").read().split())\n"
+                     "sys.stdout.write(\"\".join(\"%s %d\\n\" % (w, c[w]) for w in sorted(c)))'" },
+        { "awk", "awk '{ for (i = 1; i <= NF; i++) c[$i]++ } END { for (w in c) print w, c[w] }' words.txt | LC_ALL=C sort" },
+    };
+    for (size_t i = 0; i < sizeof tools / sizeof *tools; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "cd /home/user && %s", tools[i].cmd);
+        _cleanup_free_ char *out = output(c, cmd, tools[i].what);
+        if (!out)
+            return -1;
+        if (strcmp(out, expect) != 0)
+            return fz_fail(c, FZ_SANDBOX, "%s counted %.200s; the harness %.200s", tools[i].what, out, expect);
+    }
+    return 0;
+}
+
 static const fz_test_def tests[] = {
+    { "lang.text_tools", text_tools },
     { "lang.python_vs_shell", python_vs_shell },
     { "lang.c_compile_run", c_compile_run },
 };

@@ -63,6 +63,7 @@ const char *fz_target_url(const fz_target *t);
 /* What a test works with. */
 typedef struct fz_ctx {
     fz_target *t;          /* the worker's own connection */
+    const char *template_; /* every sandbox's template (--template), NULL: the service's default */
     fz_rng rng;
     fz_results *res;
     int64_t test_row;      /* its row in the results */

@@ -30,7 +30,7 @@ typedef struct job {
 } job;
 
 typedef struct pool {
-    const char *url, *key;
+    const char *url, *key, *template_;
     fz_iface iface;
     fz_results *res;
     int64_t run;
@@ -81,7 +81,7 @@ static void progress(pool *p)
  * as the interface's, it is not skipped. */
 static void run_one(pool *p, fz_target *t, const char *why, const job *j)
 {
-    fz_ctx c = { .t = t, .rng = { j->seed }, .res = p->res };
+    fz_ctx c = { .t = t, .rng = { j->seed }, .res = p->res, .template_ = p->template_ };
     c.test_row = fz_results_test(p->res, p->run, j->domain->name, j->def->name, j->seed);
     double t0 = now_ms();
     _cleanup_json_ json_t *body = json_pack("{s:i, s:{s:s, s:s}}", "timeout_s", 600, "metadata", "sbx.fuzz", "1",
@@ -128,7 +128,7 @@ static uint64_t mix(uint64_t a, uint64_t b)
 
 static const char run_usage[] =
     "usage: sbx fuzz run [--target URL] [--key KEY] [--interface rest|mcp] [--count N] [--seed N] [--jobs N]\n"
-    "                    [--domain fs,encoding,exec] [--db FILE]\n"
+    "                    [--domain fs,encoding,exec] [--template NAME] [--db FILE]\n"
     "       sbx fuzz run --resume RUN [--key KEY] [--jobs N] [--db FILE]\n";
 
 /* Resuming: a job whose seed already has a verdict is done. */
@@ -167,11 +167,12 @@ int fz_run_main(int argc, char **argv)
         { "interface", required_argument, NULL, 'i' }, { "count", required_argument, NULL, 'n' },
         { "seed", required_argument, NULL, 's' },   { "jobs", required_argument, NULL, 'j' },
         { "domain", required_argument, NULL, 'd' }, { "db", required_argument, NULL, 'o' },
-        { "resume", required_argument, NULL, 'r' }, { "help", no_argument, NULL, 'h' },
+        { "resume", required_argument, NULL, 'r' }, { "template", required_argument, NULL, 'T' },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     const char *url = getenv("SBX_URL"), *key = getenv("SBX_API_KEY"), *iface = "rest", *domains = NULL;
-    const char *db = "fuzz-results.db";
+    const char *db = "fuzz-results.db", *template_ = NULL;
     long count = 1000, jobs = 0, resume = 0;
     uint64_t seed = (uint64_t) time(NULL);
     int o;
@@ -188,6 +189,7 @@ int fz_run_main(int argc, char **argv)
         case 'd': domains = optarg; break;
         case 'o': db = optarg; break;
         case 'r': resume = strtol(optarg, &end, 10); break;
+        case 'T': template_ = optarg; break;
         case 'h': fputs(run_usage, stdout); return 0;
         default: fputs(run_usage, stderr); return 2;
         }
@@ -215,6 +217,7 @@ int fz_run_main(int argc, char **argv)
         count = (long) json_integer_value(json_object_get(kept, "count"));
         seed = (uint64_t) json_integer_value(json_object_get(kept, "seed"));
         domains = json_string_value(json_object_get(kept, "domains"));
+        template_ = json_string_value(json_object_get(kept, "template"));
         if (!jobs)
             jobs = (long) json_integer_value(json_object_get(kept, "jobs"));
     }
@@ -252,7 +255,7 @@ int fz_run_main(int argc, char **argv)
     }
     /* the tests: count spread over the domains, each domain's workflows in
      * turn, every test with a seed of its own */
-    pool p = { .url = url, .key = key, .iface = strcmp(iface, "mcp") == 0 ? FZ_MCP : FZ_REST, .tty = isatty(2),
+    pool p = { .url = url, .key = key, .template_ = template_, .iface = strcmp(iface, "mcp") == 0 ? FZ_MCP : FZ_REST, .tty = isatty(2),
                .res = res };
     if (!p.res && fz_results_open(&p.res, db, &err) < 0) {
         fprintf(stderr, "sbx fuzz: %s\n", err.msg);
@@ -268,8 +271,9 @@ int fz_run_main(int argc, char **argv)
         p.run = resume;
     } else {
         _cleanup_json_ json_t *options =
-            json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?}", "target", url, "interface", iface, "count", (json_int_t) count,
-                      "seed", (json_int_t) seed, "jobs", (json_int_t) jobs, "domains", domains);
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?, s:s*}", "target", url, "interface", iface, "count",
+                      (json_int_t) count, "seed", (json_int_t) seed, "jobs", (json_int_t) jobs, "domains", domains,
+                      "template", template_);
         p.run = fz_results_run(p.res, options);
     }
     /* the tests: count spread over the domains, each domain's workflows in

@@ -282,6 +282,8 @@ int fz_create(fz_ctx *c, json_t *body)
 {
     json_t *sb = NULL;
     _cleanup_json_ json_t *owned = NULL;
+    if (c->template_ && !json_object_get(body, "template"))
+        json_object_set_new(body, "template", json_string(c->template_));
     if (is_mcp(c)) {
         _cleanup_json_ json_t *args = json_deep_copy(body);
         json_t *network = json_incref(json_object_get(args, "network"));
