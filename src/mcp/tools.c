@@ -325,6 +325,29 @@ static json_t *sandbox_snapshot(sbx_mcp_call *c, json_t *args)
     return sandbox_pause_resume(c, args, "/snapshots");
 }
 
+static json_t *snapshot_list(sbx_mcp_call *c, json_t *args)
+{
+    (void) args;
+    return rest_tool(c, "GET", strdup("/v1/snapshots"), NULL);
+}
+
+/* Snapshots keep disk until deleted: an agent that makes them must be able
+ * to let them go. */
+static json_t *snapshot_delete(sbx_mcp_call *c, json_t *args)
+{
+    sbx_error err = { 0 };
+    const char *id = str(args, "snapshot_id");
+    _cleanup_free_ char *e = sbx_http_escape(sbx_mcp_call_http(c), id, &err);
+    _cleanup_free_ char *p = NULL;
+    if (!e || asprintf(&p, "/v1/snapshots/%s", e) < 0)
+        return fail("%s", err.msg[0] ? err.msg : "out of memory");
+    json_t *j = rest(c, "DELETE", p, NULL, &err);
+    if (!j)
+        return fail("%s", err.msg);
+    json_decref(j);
+    return ok(json_pack("{s:s, s:b}", "snapshot_id", id, "deleted", 1));
+}
+
 static json_t *sandbox_fork(sbx_mcp_call *c, json_t *args)
 {
     sbx_error err = { 0 };
@@ -979,6 +1002,22 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "{\"type\": \"object\", \"required\": [\"snapshot\", \"sandboxes\"], \"properties\": {\"snapshot\": "
       SNAPSHOT_OUT ", \"sandboxes\": {\"type\": \"array\", \"items\": " SANDBOX_OUT "}}}",
       sandbox_fork },
+    { "snapshot_list", "List snapshots",
+      "List the snapshots of this key (from sandbox_snapshot or sandbox_fork): id, the sandbox it came from, "
+      "template, size on disk.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {}}",
+      "{\"type\": \"object\", \"required\": [\"snapshots\"], \"properties\": {\"snapshots\": {\"type\": "
+      "\"array\", \"items\": " SNAPSHOT_OUT "}}}",
+      snapshot_list },
+    { "snapshot_delete", "Delete a snapshot",
+      "Delete a snapshot and free its disk. Refused while a live sandbox was made from it or another snapshot "
+      "stacks on it.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"snapshot_id\"], \"properties\": "
+      "{\"snapshot_id\": {\"type\": \"string\", \"description\": \"The snapshot's id (from sandbox_snapshot, "
+      "sandbox_fork or snapshot_list).\"}}}",
+      "{\"type\": \"object\", \"required\": [\"snapshot_id\", \"deleted\"], \"properties\": {\"snapshot_id\": "
+      "{\"type\": \"string\"}, \"deleted\": {\"type\": \"boolean\"}}}",
+      snapshot_delete },
     { "sandbox_network", "Set a sandbox's network policy",
       "Change what a sandbox may reach. mode \"none\": nothing (loopback only). mode \"allowlist\": only the domains "
       "(example.com, *.example.com) and CIDRs in allow, minus those in deny, through sbx's egress proxy (its "

@@ -55,6 +55,7 @@ TOOL_NAMES = {
     "command_run", "command_list", "command_kill",
     "files_write", "files_read", "files_list", "files_stat", "files_mkdir", "files_move", "files_remove",
     "sandbox_pause", "sandbox_resume", "sandbox_snapshot", "sandbox_fork", "sandbox_network", "template_list",
+    "snapshot_list", "snapshot_delete",
 }
 TEMPLATE = "sbx://sandboxes/{sandbox_id}/files/{+path}"
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
@@ -843,7 +844,7 @@ def test_http_tool_argument_errors(mcp, mscope):
 
 
 def test_http_tools_list_pagination(mcp):
-    """tools/list: at most 8 tools a page, nextCursor chains through all 21
+    """tools/list: at most 8 tools a page, nextCursor chains through all 23
     tools (each once, each with inputSchema and outputSchema); a cursor the
     server did not issue is -32602."""
     c = mcp()
@@ -1319,3 +1320,38 @@ def test_stdio_url_and_key_flags(stdio, mcp_daemon):
     m = s.request(2, "tools/call", {"name": "sandbox_list", "arguments": {}})
     assert m["result"]["isError"] is True, m
     assert s.close() == 0
+
+
+def test_http_snapshots_fork_list_delete(mcp, mscope):
+    """sandbox_snapshot and sandbox_fork make snapshots; snapshot_list shows
+    them; snapshot_delete frees one, refused (conflict) while a sandbox made
+    from it lives; a fork is an independent copy of the files."""
+    c = mcp()
+    sb = c.ok("sandbox_create", {"timeout_s": 120})["id"]
+    c.ok("files_write", {"sandbox_id": sb, "path": "kept.txt", "content": "before the snapshot"})
+    snap = c.ok("sandbox_snapshot", {"sandbox_id": sb})
+    fork = c.ok("sandbox_fork", {"sandbox_id": sb, "count": 2})
+    copies = [s["id"] for s in fork["sandboxes"]]
+    assert len(copies) == 2
+    c.ok("files_write", {"sandbox_id": copies[0], "path": "kept.txt", "content": "changed in one copy"})
+    assert c.ok("files_read", {"sandbox_id": copies[1], "path": "kept.txt"})["content"] == "before the snapshot"
+    listed = {s["id"] for s in c.ok("snapshot_list", {})["snapshots"]}
+    assert {snap["id"], fork["snapshot"]["id"]} <= listed, listed
+    msg = c.tool_error("snapshot_delete", {"snapshot_id": fork["snapshot"]["id"]})
+    assert "(conflict)" in msg, msg
+    for s in copies:
+        c.ok("sandbox_kill", {"sandbox_id": s})
+    deadline = time.monotonic() + 10  # the copies' clean-up finishes in the background
+    while True:
+        res = c.call("snapshot_delete", {"snapshot_id": fork["snapshot"]["id"]})
+        if not res.get("isError") or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert res["structuredContent"] == {"snapshot_id": fork["snapshot"]["id"], "deleted": True}, res
+    assert c.ok("snapshot_delete", {"snapshot_id": snap["id"]})["deleted"] is True
+    listed = {s["id"] for s in c.ok("snapshot_list", {})["snapshots"]}
+    assert not {snap["id"], fork["snapshot"]["id"]} & listed
+    assert "(not_found)" in c.tool_error("snapshot_delete", {"snapshot_id": snap["id"]})
+    c.tool_error("snapshot_delete", {"snapshot_id": "x\u0000y"})
+    c.tool_error("snapshot_delete", {})
+    c.ok("sandbox_kill", {"sandbox_id": sb})

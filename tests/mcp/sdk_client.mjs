@@ -98,6 +98,8 @@ const TOOLS = {
     sandbox_fork: [['sandbox_id', 'count'], ['sandbox_id']],
     sandbox_network: [['sandbox_id', 'mode', 'allow', 'deny'], ['sandbox_id', 'mode']],
     template_list: [[], []],
+    snapshot_list: [[], []],
+    snapshot_delete: [['snapshot_id'], ['snapshot_id']],
 };
 
 // ---------------------------------------------------------------------------
@@ -261,7 +263,7 @@ async function main() {
     client.cacheToolMetadata(tools);
     const names = tools.map((t) => t.name);
     eq([...names].sort(), Object.keys(TOOLS).sort(), 'tool names over all pages');
-    ok(pages >= 2, 'tools/list is paginated (21 tools, 8 per page)', pages);
+    ok(pages >= 2, 'tools/list is paginated (23 tools, 8 per page)', pages);
     for (const t of tools) {
         const [props, required] = TOOLS[t.name];
         ok(typeof t.description === 'string' && t.description.length > 10, `${t.name}: description`);
