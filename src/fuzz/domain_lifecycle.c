@@ -136,7 +136,127 @@ static int many_expire(fz_ctx *c)
     return r < 0 ? -1 : 0;
 }
 
+/* A counter in the background; a pause freezes it (the count stands
+ * still while paused, the sandbox says paused), a resume lets it go on
+ * from where it was: the same process, not a new one. */
+static int pause_resume(fz_ctx *c)
+{
+    _cleanup_json_ json_t *bg = json_pack("{s:s, s:b}", "cmd",
+                                          "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done",
+                                          "background", 1);
+    _cleanup_json_ json_t *res = NULL;
+    if (fz_exec_json(c, bg, &res) < 0)
+        return -1;
+    long pid = (long) json_integer_value(json_object_get(res, "pid"));
+    usleep(300000);
+    _cleanup_json_ json_t *sb = NULL;
+    if (fz_pause(c, &sb) < 0)
+        return -1;
+    const char *st = json_string_value(json_object_get(sb, "state"));
+    if (!st || strcmp(st, "paused") != 0)
+        return fz_fail(c, FZ_INTERFACE, "after a pause the sandbox says %s", st ? st : "nothing");
+    /* while paused: its record says so, and time passes without counting */
+    _cleanup_json_ json_t *info = NULL;
+    if (fz_info(c, c->sandbox, &info) < 0)
+        return -1;
+    st = json_string_value(json_object_get(info, "state"));
+    if (!st || strcmp(st, "paused") != 0)
+        return fz_fail(c, FZ_INTERFACE, "a paused sandbox's record says %s", st ? st : "nothing");
+    usleep((useconds_t) (200000 + 100000 * fz_below(&c->rng, 5)));
+    json_decref(sb);
+    sb = NULL;
+    if (fz_resume(c, &sb) < 0)
+        return -1;
+    int code;
+    _cleanup_free_ char *a = NULL;
+    size_t al;
+    /* the first read right after the resume: the count stood still */
+    if (fz_exec(c, "cat /tmp/count; sleep 0.5; cat /tmp/count", &code, &a, &al, NULL, NULL) < 0)
+        return -1;
+    long first = strtol(a, NULL, 10), second = strtol(strchr(a, '\n') ? strchr(a, '\n') + 1 : "", NULL, 10);
+    if (second <= first)
+        return fz_fail(c, FZ_SANDBOX, "the counter did not go on after the resume (%ld, then %ld)", first, second);
+    if (first > 40) /* 300 ms before the pause at 20/s, and a little: not the paused time too */
+        fz_evidence(c, "count", "%ld after a pause at about 6: it may have counted while paused", first);
+    _cleanup_json_ json_t *list = NULL;
+    if (fz_commands(c, &list) < 0)
+        return -1;
+    size_t i;
+    json_t *e;
+    bool running = false;
+    json_array_foreach(json_object_get(list, "commands"), i, e)
+    running |= json_integer_value(json_object_get(e, "pid")) == pid && json_is_true(json_object_get(e, "running"));
+    if (!running)
+        return fz_fail(c, FZ_SANDBOX, "the background command %ld did not survive the pause", pid);
+    return 0;
+}
+
+/* Files written, a snapshot, a fork of N: each copy has the files as they
+ * were, and what one copy writes the others and the source never see.  A
+ * sandbox started from the snapshot has them too.  All deleted after. */
+static int snapshot_fork(fz_ctx *c)
+{
+    char secret[48];
+    snprintf(secret, sizeof secret, "state-%llu", (unsigned long long) fz_next(&c->rng));
+    if (fz_put(c, "/home/user/state.txt", secret, strlen(secret)) < 0)
+        return -1;
+    int n = 1 + (int) fz_below(&c->rng, 3);
+    _cleanup_json_ json_t *fork = NULL;
+    if (fz_fork(c, n, &fork) < 0)
+        return -1;
+    json_t *copies = json_object_get(fork, "sandboxes");
+    const char *snap = json_string_value(json_object_get(json_object_get(fork, "snapshot"), "id"));
+    char mine[33];
+    snprintf(mine, sizeof mine, "%s", c->sandbox);
+    int r = json_array_size(copies) == (size_t) n && snap ? 0
+                                                         : fz_fail(c, FZ_INTERFACE, "a fork of %d gave %zu sandboxes", n,
+                                                                   json_array_size(copies));
+    size_t i;
+    json_t *e;
+    json_array_foreach(copies, i, e)
+    {
+        const char *id = json_string_value(json_object_get(e, "id"));
+        if (!id || strlen(id) != 32)
+            continue;
+        snprintf(c->sandbox, sizeof c->sandbox, "%s", id);
+        _cleanup_free_ char *got = NULL;
+        size_t gl;
+        if (r == 0 && fz_get(c, "/home/user/state.txt", &got, &gl) == 0 &&
+            (gl != strlen(secret) || memcmp(got, secret, gl) != 0))
+            r = fz_fail(c, FZ_SANDBOX, "fork %zu has other files than its source (%.*s)", i, (int) gl, got);
+        if (r == 0 && i == 0) /* the first copy changes the file */
+            r = fz_put(c, "/home/user/state.txt", "changed", 7);
+    }
+    snprintf(c->sandbox, sizeof c->sandbox, "%s", mine);
+    _cleanup_free_ char *got = NULL;
+    size_t gl;
+    if (r == 0 && fz_get(c, "/home/user/state.txt", &got, &gl) == 0 &&
+        (gl != strlen(secret) || memcmp(got, secret, gl) != 0))
+        r = fz_fail(c, FZ_SANDBOX, "a fork's write reached its source");
+    json_array_foreach(copies, i, e)
+    {
+        const char *id = json_string_value(json_object_get(e, "id"));
+        if (id && fz_delete(c, id) < 0)
+            r = -1;
+    }
+    /* the snapshot goes when no sandbox made from it is live any more
+     * (their clean-up finishes just after the delete) */
+    for (int tries = 0; snap; tries++) {
+        char code[64];
+        int d = fz_try_delete_snapshot(c, snap, code);
+        if (d == 1 && strcmp(code, "conflict") == 0 && tries < 50) {
+            usleep(100000);
+            continue;
+        }
+        if (d != 0)
+            r = d < 0 ? -1 : fz_fail(c, FZ_INTERFACE, "the fork's snapshot could not be deleted (%s)", code);
+        break;
+    }
+    return r;
+}
+
 static const fz_test_def tests[] = {
+    { "lifecycle.pause_resume", pause_resume }, { "lifecycle.snapshot_fork", snapshot_fork },
     { "lifecycle.many_expire", many_expire },
     { "lifecycle.isolation", isolation },
     { "lifecycle.list_extend_end", list_extend_end },

@@ -112,6 +112,16 @@ int fz_kill_command(fz_ctx *c, long pid);
 /* The key's sandboxes, every state, with metadata key=value ({"sandboxes": [...]}). */
 int fz_sandboxes(fz_ctx *c, const char *key, const char *value, json_t **list);
 
+/* Pause and resume the test's sandbox; *sandbox (may be NULL) its record after. */
+int fz_pause(fz_ctx *c, json_t **sandbox);
+int fz_resume(fz_ctx *c, json_t **sandbox);
+/* A snapshot of the test's sandbox, and N sandboxes forked from it
+ * ({"snapshot": {...}, "sandboxes": [...]}); a snapshot deleted. */
+int fz_snapshot(fz_ctx *c, json_t **snapshot);
+int fz_fork(fz_ctx *c, int count, json_t **result);
+/* 1 with code "conflict" while a sandbox made from it is still being ended. */
+int fz_try_delete_snapshot(fz_ctx *c, const char *id, char code[64]);
+
 /* Operations that should be refused.  Each returns 1 when the service
  * refused, with the error's code ("not_found", "conflict", "forbidden",
  * ...; "" if the answer named none) in code; 0 when it did it after all;

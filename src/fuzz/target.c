@@ -696,6 +696,38 @@ int fz_sandboxes(fz_ctx *c, const char *key, const char *value, json_t **list)
     return call(c, "list", "GET", p, "sandbox_list", NULL, args, list);
 }
 
+int fz_pause(fz_ctx *c, json_t **sandbox)
+{
+    _cleanup_free_ char *p = sandbox_path(c->sandbox, "/pause");
+    _cleanup_json_ json_t *body = json_object();
+    _cleanup_json_ json_t *args = json_pack("{s:s}", "sandbox_id", c->sandbox);
+    return call(c, "pause", "POST", p, "sandbox_pause", body, args, sandbox);
+}
+
+int fz_resume(fz_ctx *c, json_t **sandbox)
+{
+    _cleanup_free_ char *p = sandbox_path(c->sandbox, "/resume");
+    _cleanup_json_ json_t *body = json_object();
+    _cleanup_json_ json_t *args = json_pack("{s:s}", "sandbox_id", c->sandbox);
+    return call(c, "resume", "POST", p, "sandbox_resume", body, args, sandbox);
+}
+
+int fz_snapshot(fz_ctx *c, json_t **snapshot)
+{
+    _cleanup_free_ char *p = sandbox_path(c->sandbox, "/snapshots");
+    _cleanup_json_ json_t *body = json_object();
+    _cleanup_json_ json_t *args = json_pack("{s:s}", "sandbox_id", c->sandbox);
+    return call(c, "snapshot", "POST", p, "sandbox_snapshot", body, args, snapshot);
+}
+
+int fz_fork(fz_ctx *c, int count, json_t **result)
+{
+    _cleanup_free_ char *p = sandbox_path(c->sandbox, "/fork");
+    _cleanup_json_ json_t *body = json_pack("{s:i}", "count", count);
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:i}", "sandbox_id", c->sandbox, "count", count);
+    return call(c, "fork", "POST", p, "sandbox_fork", body, args, result);
+}
+
 /* A call that should be refused: 1 and the code if it was. */
 static int refused(fz_ctx *c, const char *op, const char *method, const char *rest_path, const char *tool_name,
                    json_t *body, json_t *args, char code[64])
@@ -755,6 +787,15 @@ int fz_try_remove(fz_ctx *c, const char *path, char code[64])
     _cleanup_free_ char *p = is_mcp(c) ? NULL : file_path(c, path);
     _cleanup_json_ json_t *args = json_pack("{s:s, s:s}", "sandbox_id", c->sandbox, "path", path);
     return refused(c, "remove", "DELETE", p, "files_remove", NULL, args, code);
+}
+
+int fz_try_delete_snapshot(fz_ctx *c, const char *id, char code[64])
+{
+    _cleanup_free_ char *p = NULL;
+    if (asprintf(&p, "/v1/snapshots/%s", id) < 0)
+        p = NULL;
+    _cleanup_json_ json_t *args = json_pack("{s:s}", "snapshot_id", id);
+    return refused(c, "delete", "DELETE", p, "snapshot_delete", NULL, args, code);
 }
 
 int fz_try_exec_in(fz_ctx *c, const char *id, char code[64])
