@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* cmd must fail (non-zero exit).  user: root or user; MCP's command_run
  * has no choice of user (it runs as the template's), so there it is NULL. */
@@ -85,7 +86,51 @@ static int file_api_tricks(fz_ctx *c)
     return r == 0 ? fz_fail(c, FZ_SANDBOX, "/proc/sys/kernel/sysrq was deleted through a symlink") : r < 0 ? -1 : 0;
 }
 
+/* A file planted on the host (the target runs here): no path inside, and
+ * no path through the file API, reaches it. */
+static int host_files(fz_ctx *c)
+{
+    if (!fz_target_local(c->t))
+        return fz_fail(c, FZ_UNSUPPORTED, "the target is not on this machine: nothing can be planted on its host");
+    char path[64], secret[64];
+    snprintf(path, sizeof path, "/tmp/sbx-fuzz-host-%016llx", (unsigned long long) fz_next(&c->rng));
+    snprintf(secret, sizeof secret, "host-secret-%016llx", (unsigned long long) fz_next(&c->rng));
+    FILE *f = fopen(path, "wxe");
+    if (!f || fputs(secret, f) < 0 || fclose(f) != 0)
+        return fz_fail(c, FZ_HARNESS, "planting %s on the host failed", path);
+    int r = 0, code;
+    /* inside: the same path, through /proc, and a search of everything */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "cat %s /proc/1/root%s /proc/self/root%s 2>/dev/null; grep -rsl %s /tmp /proc/1/root/tmp /home 2>/dev/null "
+             "| head -3; true",
+             path, path, path, secret);
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c, cmd, &code, &out, &ol, NULL, NULL) < 0)
+        r = -1;
+    else if (strstr(out, secret) || strstr(out, "sbx-fuzz-host"))
+        r = fz_fail(c, FZ_SANDBOX, "a file on the host was visible inside: %.200s", out);
+    /* the file API, with the path as it is and climbing out of the home */
+    char via[160];
+    snprintf(via, sizeof via, "../../../../..%s", path);
+    const char *tries[] = { path, via };
+    for (size_t i = 0; r == 0 && i < 2; i++) {
+        _cleanup_free_ char *got = NULL;
+        size_t gl;
+        char why[64];
+        int k = fz_try_read(c, tries[i], why);
+        if (k < 0)
+            r = -1;
+        else if (k == 0 && fz_get(c, tries[i], &got, &gl) == 0 && memmem(got, gl, secret, strlen(secret)))
+            r = fz_fail(c, FZ_SANDBOX, "the file API read the host's %s as %s", path, tries[i]);
+    }
+    unlink(path);
+    return r;
+}
+
 static const fz_test_def tests[] = {
+    { "security.host_files", host_files },
     { "security.escapes", escapes },
     { "security.file_api_tricks", file_api_tricks },
 };

@@ -59,6 +59,10 @@ void fz_target_free(fz_target *t);
 fz_iface fz_target_iface(const fz_target *t);
 /* The service's URL, as given (a test may need its host). */
 const char *fz_target_url(const fz_target *t);
+/* Whether the service runs on this machine (a loopback or unix: URL):
+ * only then can a test plant something on the host, or start a server
+ * the sandbox may reach. */
+bool fz_target_local(const fz_target *t);
 
 /* What a test works with. */
 typedef struct fz_ctx {

@@ -72,6 +72,16 @@ const char *fz_target_url(const fz_target *t)
     return t->url;
 }
 
+bool fz_target_local(const fz_target *t)
+{
+    const char *u = t->url;
+    if (strncmp(u, "unix:", 5) == 0)
+        return true;
+    const char *host = strstr(u, "://");
+    host = host ? host + 3 : u;
+    return strncmp(host, "127.", 4) == 0 || strncmp(host, "localhost", 9) == 0 || strncmp(host, "[::1]", 5) == 0;
+}
+
 const char *fz_verdict_name(fz_verdict v)
 {
     static const char *const names[] = { "pass", "interface", "sandbox", "harness", "timeout", "unsupported" };
