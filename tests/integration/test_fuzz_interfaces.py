@@ -27,11 +27,11 @@ def verdicts(db, run=1):
 
 def test_every_domain_over_mcp(api, sbxd_daemon, tmp_path):
     db = str(tmp_path / "mcp.db")
-    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--interface", "mcp", "--count", "30", "--seed",
-             "21", "--jobs", "3", "--db", db)
+    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--interface", "mcp", "--count", "100", "--seed",
+             "21", "--jobs", "4", "--db", db)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = verdicts(db)
-    assert len(rows) == 30
+    assert len(rows) == 100
     bad = [x for x in rows if x[3] not in ("pass", "unsupported")]
     assert not bad, bad
     c = sqlite3.connect(db)
