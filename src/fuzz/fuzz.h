@@ -150,7 +150,7 @@ typedef struct fz_domain {
 } fz_domain;
 
 extern const fz_domain fz_domain_fs, fz_domain_encoding, fz_domain_exec, fz_domain_lang, fz_domain_lifecycle,
-    fz_domain_limits, fz_domain_security, fz_domain_data, fz_domain_sdlc;
+    fz_domain_limits, fz_domain_security, fz_domain_data, fz_domain_sdlc, fz_domain_network;
 
 /* ---- the MCP client (mcp_client.c) */
 typedef struct fz_mcp fz_mcp;

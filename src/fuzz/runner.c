@@ -20,7 +20,8 @@
 
 static const fz_domain *const all_domains[] = { &fz_domain_fs,        &fz_domain_encoding, &fz_domain_exec,
                                                 &fz_domain_lang,      &fz_domain_lifecycle, &fz_domain_limits,
-                                                &fz_domain_security,  &fz_domain_data,      &fz_domain_sdlc };
+                                                &fz_domain_security,  &fz_domain_data,      &fz_domain_sdlc,
+                                                &fz_domain_network };
 #define N_DOMAINS (sizeof all_domains / sizeof *all_domains)
 
 typedef struct job {
@@ -249,7 +250,7 @@ int fz_run_main(int argc, char **argv)
         chosen[nd++] = all_domains[i];
     }
     if (!nd) {
-        fprintf(stderr, "sbx fuzz: --domain %s: none of fs, encoding, exec, lang, lifecycle, limits, security, data, sdlc\n",
+        fprintf(stderr, "sbx fuzz: --domain %s: none of fs, encoding, exec, lang, lifecycle, limits, security, data, sdlc, network\n",
                 domains);
         return 2;
     }

@@ -64,15 +64,19 @@ def test_usage_errors(tmp_path):
 
 
 def test_every_domain_passes_against_sbxd(api, sbxd_daemon, tmp_path):
-    """Two workflows at least of every domain; what base lacks (matplotlib)
-    is unsupported, never failed nor passed."""
+    """CI's short seeded run over REST: 100 tests, ten of every domain; what
+    base lacks (matplotlib) is unsupported, never failed nor passed."""
     db = str(tmp_path / "all.db")
-    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "54", "--seed", "9", "--jobs", "3",
+    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "100", "--seed", "9", "--jobs", "4",
              "--db", db)
     assert r.returncode == 0, r.stdout + r.stderr
     c = sqlite3.connect(db)
     domains = {d for (d,) in c.execute("SELECT DISTINCT domain FROM tests")}
-    assert domains == {"fs", "encoding", "exec", "lang", "lifecycle", "limits", "security", "data", "sdlc"}, domains
+    assert domains == {"fs", "encoding", "exec", "lang", "lifecycle", "limits", "security", "data", "sdlc",
+                       "network"}, domains
+    names = {n for (n,) in c.execute("SELECT DISTINCT name FROM tests WHERE domain = 'network'")}
+    assert names == {"network.none", "network.allowlist_fetch", "network.allowlist_denied",
+                     "network.policy_change"}, names
     bad = c.execute("SELECT name, verdict, why FROM tests WHERE verdict NOT IN ('pass', 'unsupported')").fetchall()
     assert not bad, bad
     unsupported = {n for (n,) in c.execute("SELECT name FROM tests WHERE verdict = 'unsupported'")}
