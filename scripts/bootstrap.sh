@@ -12,7 +12,7 @@ packages=(
   libarchive-dev            # image archives (OCI, docker save, rootfs tarballs) to templates
   mmdebstrap zstd           # the python template's Debian root file system (templates/python/build.sh)
   libhttp-parser-dev        # the egress proxy reads HTTP proxy requests with it
-  slirp4netns libnftables-dev   # network mode open: user-space network stack, deny list in nftables
+  slirp4netns libnftables-dev libmnl-dev   # network mode open: user-space network stack, deny list in nftables, its log
   curl git openssl          # network tests: clients in the sandbox (base shows the host's /usr), a TLS server
   # tests
   libcmocka-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libsodium-dev libcurl4-openssl-dev libwslay-dev libssl-dev python3-requests python3 python3-pytest

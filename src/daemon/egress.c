@@ -359,6 +359,7 @@ typedef struct box_net {
     int active;              /* connections being served; guarded by lock */
     pid_t slirp_pid;         /* mode open: its slirp4netns (netopen.c), else 0 */
     int exit_fd;             /* closing it ends slirp4netns */
+    int log_fd;              /* mode open: its connection log (netopen.c), else -1 */
     struct box_net *next;
 } box_net;
 
@@ -493,6 +494,8 @@ static void teardown(box_net *b, pid_t pid)
         close(b->fds[0]);
     if (b->fds[1] >= 0)
         close(b->fds[1]);
+    if (b->log_fd >= 0)
+        close(b->log_fd);
     if (b->slirp_pid > 0)
         sbx_netopen_stop(pid, b->slirp_pid, b->exit_fd);
     put_policy(b->policy);
@@ -540,7 +543,7 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
     b = calloc(1, sizeof *b);
     snprintf(b->id, sizeof b->id, "%s", id);
     snprintf(b->key_id, sizeof b->key_id, "%s", key_id);
-    b->fds[0] = b->fds[1] = b->exit_fd = -1;
+    b->fds[0] = b->fds[1] = b->exit_fd = b->log_fd = -1;
     b->policy = p;
     if (want_proxy) {
         struct listen_args a = { .pid = pid, .fds = { -1, -1 } };
@@ -557,6 +560,11 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
     } else if (sbx_netopen_start(pid, p, &b->slirp_pid, &b->exit_fd, err) < 0) {
         teardown(b, pid);
         return -1;
+    } else {
+        sbx_error lerr = { 0 };
+        b->log_fd = sbx_netopen_log_open(pid, &lerr);
+        if (b->log_fd < 0) /* the network works; only its events are missing: say so, go on */
+            sbx_log("warn", "event=netopen_log sandbox=%s error=\"%s\"", id, lerr.msg);
     }
     pthread_mutex_lock(&lock);
     box_net *dup = find_box(id); /* a racing set: the later one wins */
@@ -650,24 +658,32 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-static void event(conn *c, const char *proto, const char *host, const char *addr, int port, bool allowed,
-                  const char *reason, uint64_t up, uint64_t down)
+/* A `net` event of sandbox box.  up and down < 0: not counted (open
+ * mode: the kernel lets connections out, no proxy sees their bytes). */
+static void net_event(const char *box, const char *key_id, const char *proto, const char *host, const char *addr,
+                      int port, bool allowed, const char *reason, int64_t up, int64_t down)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s?, s:i, s:s, s:I, s:I}", "proto", proto, "host", host ? host : "",
-                          "address", addr && *addr ? addr : NULL, "port", port, "verdict",
-                          allowed ? "allowed" : "denied", "bytes_out", (json_int_t) up, "bytes_in",
-                          (json_int_t) down);
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:i, s:s}", "proto", proto, "host", host ? host : "", "address",
+                          addr && *addr ? addr : NULL, "port", port, "verdict", allowed ? "allowed" : "denied");
+    json_object_set_new(o, "bytes_out", up < 0 ? json_null() : json_integer(up));
+    json_object_set_new(o, "bytes_in", down < 0 ? json_null() : json_integer(down));
     if (reason && *reason)
         json_object_set_new(o, "reason", json_string(reason));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (s) {
-        sbx_store_event(store_, c->box, c->key_id, "net", s);
+        sbx_store_event(store_, box, key_id, "net", s);
         free(s);
     }
     sbx_log(allowed ? "info" : "warn", "event=egress sandbox=%s proto=%s host=%s address=%s port=%d verdict=%s%s%s%s",
-            c->box, proto, host ? host : "", addr ? addr : "", port, allowed ? "allowed" : "denied",
+            box, proto, host ? host : "", addr ? addr : "", port, allowed ? "allowed" : "denied",
             reason && *reason ? " reason=\"" : "", reason ? reason : "", reason && *reason ? "\"" : "");
+}
+
+static void event(conn *c, const char *proto, const char *host, const char *addr, int port, bool allowed,
+                  const char *reason, uint64_t up, uint64_t down)
+{
+    net_event(c->box, c->key_id, proto, host, addr, port, allowed, reason, (int64_t) up, (int64_t) down);
 }
 
 /* A name from SBX_TEST_EGRESS_HOSTS, as a numeric address; NULL if none.
@@ -1081,6 +1097,42 @@ static void *serve(void *arg)
     return NULL;
 }
 
+struct log_batch {
+    sbx_netopen_conn c[64];
+    size_t n;
+};
+
+static void keep_entry(void *ctx, const sbx_netopen_conn *c)
+{
+    struct log_batch *b = ctx;
+    if (b->n < sizeof b->c / sizeof *b->c)
+        b->c[b->n++] = *c;
+}
+
+/* Open mode's connection log, read while the box is known to own fd (as
+ * a listener is accepted), turned into events after. */
+static void read_log(box_net *owner, int fd)
+{
+    char id[33] = "", key_id[17] = "";
+    struct log_batch *batch = calloc(1, sizeof *batch);
+    if (!batch)
+        return;
+    pthread_mutex_lock(&lock);
+    for (box_net *x = boxes; x; x = x->next)
+        if (x == owner && x->log_fd == fd) {
+            snprintf(id, sizeof id, "%s", x->id);
+            snprintf(key_id, sizeof key_id, "%s", x->key_id);
+            sbx_netopen_log_read(fd, keep_entry, batch);
+        }
+    pthread_mutex_unlock(&lock);
+    for (size_t i = 0; i < batch->n; i++) {
+        const sbx_netopen_conn *c = &batch->c[i];
+        const char *proto = c->proto == 6 ? "tcp" : c->proto == 17 ? "udp" : c->proto == 1 || c->proto == 58 ? "icmp" : "ip";
+        net_event(id, key_id, proto, NULL, c->address, c->port, c->allowed, c->reason, -1, -1);
+    }
+    free(batch);
+}
+
 static void *accept_loop(void *arg)
 {
     (void) arg;
@@ -1092,14 +1144,14 @@ static void *accept_loop(void *arg)
         }
         size_t n = 1;
         for (box_net *b = boxes; b; b = b->next)
-            n += 2;
+            n += 3;
         struct pollfd *pf = calloc(n, sizeof *pf);
         box_net **owner = calloc(n, sizeof *owner);
         pf[0] = (struct pollfd){ wake[0], POLLIN, 0 };
         size_t k = 1;
         for (box_net *b = boxes; b; b = b->next)
-            for (int i = 0; i < 2; i++) {
-                pf[k] = (struct pollfd){ b->fds[i], POLLIN, 0 };
+            for (int i = 0; i < 3; i++) { /* -1s are not polled */
+                pf[k] = (struct pollfd){ i < 2 ? b->fds[i] : b->log_fd, POLLIN, 0 };
                 owner[k++] = b;
             }
         pthread_mutex_unlock(&lock);
@@ -1115,6 +1167,10 @@ static void *accept_loop(void *arg)
         for (size_t i = 1; i < n; i++) {
             if (!(pf[i].revents & POLLIN))
                 continue;
+            if (i % 3 == 0) { /* a log: 1 + 3k + 2 */
+                read_log(owner[i], pf[i].fd);
+                continue;
+            }
             pthread_mutex_lock(&lock);
             box_net *b = NULL;
             for (box_net *x = boxes; x; x = x->next) /* still there, with this very listener? */

@@ -18,13 +18,27 @@
  * with "administratively prohibited", which a connect() reports at once.
  * The sandbox's processes have no CAP_NET_ADMIN: they cannot change it.
  * Domain rules need names, which only the proxy sees: open mode takes
- * CIDR rules only. */
+ * CIDR rules only.
+ *
+ * No proxy sees open mode's connections, so the kernel reports them: each
+ * new connection that is let out, and each packet that is rejected, is
+ * logged to NFLOG group LOG_GROUP of the sandbox's namespace with a prefix
+ * that says the verdict and the rule ("allow", "deny 10.0.0.0/8",
+ * "range 169.254.0.0/16").  sbxd reads them from a netlink socket it made
+ * in that namespace (sbx_netopen_log_open) and turns them into the
+ * sandbox's `net` events.  Logging is rate-limited per rule so that a
+ * flood of rejected packets cannot flood sbxd; bytes are not counted
+ * (that would take conntrack accounting). */
 #define _GNU_SOURCE
 #include "netopen.h"
 #include "log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libmnl/libmnl.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_log.h>
 #include <nftables/libnftables.h>
 #include <poll.h>
 #include <signal.h>
@@ -32,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,9 +88,18 @@ static int run_nft(pid_t pid, const char *ruleset, sbx_error *err)
     return a.err ? sbx_error_set(err, 0, "%s", a.msg) : 0;
 }
 
-static void rule(FILE *f, const char *cidr, const char *verdict)
+#define LOG_GROUP 7
+#define LOG_RATE "limit rate 20/second burst 50 packets"
+
+/* A rule for cidr: logged (rate-limited, so in a rule of its own that
+ * does not decide), then the verdict. */
+static void rule(FILE *f, const char *cidr, const char *verdict, const char *why)
 {
-    fprintf(f, "    %s daddr %s %s\n", strchr(cidr, ':') ? "ip6" : "ip", cidr, verdict);
+    const char *fam = strchr(cidr, ':') ? "ip6" : "ip";
+    bool accept = strcmp(verdict, "accept") == 0;
+    fprintf(f, "    %s daddr %s %s%s log group %d prefix \"%s %s\"\n", fam, cidr, accept ? "ct state new " : "",
+            LOG_RATE, LOG_GROUP, why, cidr);
+    fprintf(f, "    %s daddr %s %s\n", fam, cidr, verdict);
 }
 
 /* The table for policy p, replacing any earlier one in one transaction. */
@@ -90,18 +114,23 @@ static char *ruleset(const sbx_net_policy *p)
     fprintf(f, "table inet sbx\ndelete table inet sbx\ntable inet sbx {\n  chain out {\n"
                "    type filter hook output priority 0; policy accept;\n"
                "    oifname \"lo\" accept\n"
-               "    ip daddr 10.0.2.3 meta l4proto { tcp, udp } th dport 53 accept\n");
+               "    ip daddr 10.0.2.3 meta l4proto { tcp, udp } th dport 53 accept\n"
+               /* link-scoped multicast (the kernel's neighbour discovery and
+                * MLD for eth0) never leaves the link to slirp4netns, and is
+                * no egress of the sandbox's to report */
+               "    ip6 daddr ff02::/16 accept\n");
     size_t n;
     const char *const *deny = sbx_net_policy_cidrs(p, false, &n);
     for (size_t i = 0; i < n; i++)
-        rule(f, deny[i], reject);
+        rule(f, deny[i], reject, "deny");
     const char *const *allow = sbx_net_policy_cidrs(p, true, &n);
     for (size_t i = 0; i < n; i++)
-        rule(f, allow[i], "accept");
+        rule(f, allow[i], "accept", "allow");
     const char *const *special = sbx_net_special_ranges(&n);
     for (size_t i = 0; i < n; i++)
-        rule(f, special[i], reject);
-    fprintf(f, "  }\n}\n");
+        rule(f, special[i], reject, "range");
+    /* what is left goes out (the policy): its new connections logged */
+    fprintf(f, "    ct state new %s log group %d prefix \"allow\"\n  }\n}\n", LOG_RATE, LOG_GROUP);
     fclose(f);
     return text;
 }
@@ -191,5 +220,147 @@ void sbx_netopen_stop(pid_t pid, pid_t slirp_pid, int exit_fd)
     if (pid > 0) {
         sbx_error ignored = { 0 };
         run_nft(pid, "table inet sbx\ndelete table inet sbx\n", &ignored); /* gone with its netns otherwise */
+    }
+}
+
+/* ---- the log: NFLOG over netlink (libmnl) --------------------------------- */
+
+struct log_open {
+    int fd;
+    int err;
+};
+
+/* One NFULNL_MSG_CONFIG request for LOG_GROUP, acknowledged. */
+static int log_config(struct mnl_socket *nl, void (*put)(struct nlmsghdr *))
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *h = mnl_nlmsg_put_header(buf);
+    h->nlmsg_type = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_CONFIG;
+    h->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+    h->nlmsg_seq = 1;
+    struct nfgenmsg *g = mnl_nlmsg_put_extra_header(h, sizeof *g);
+    g->nfgen_family = AF_UNSPEC;
+    g->version = NFNETLINK_V0;
+    g->res_id = htons(LOG_GROUP);
+    put(h);
+    if (mnl_socket_sendto(nl, h, h->nlmsg_len) < 0)
+        return -1;
+    ssize_t n = mnl_socket_recvfrom(nl, buf, sizeof buf);
+    return n < 0 ? -1 : mnl_cb_run(buf, (size_t) n, 1, mnl_socket_get_portid(nl), NULL, NULL) < 0 ? -1 : 0;
+}
+
+static void put_bind(struct nlmsghdr *h)
+{
+    struct nfulnl_msg_config_cmd cmd = { .command = NFULNL_CFG_CMD_BIND };
+    mnl_attr_put(h, NFULA_CFG_CMD, sizeof cmd, &cmd);
+}
+
+static void put_mode(struct nlmsghdr *h)
+{
+    /* the IP and transport headers are all that is needed */
+    struct nfulnl_msg_config_mode mode = { .copy_range = htonl(96), .copy_mode = NFULNL_COPY_PACKET };
+    mnl_attr_put(h, NFULA_CFG_MODE, sizeof mode, &mode);
+}
+
+/* In the sandbox's namespace: a netlink socket belongs to the namespace it
+ * is made in, whoever reads it later. */
+static void log_open_in_netns(void *arg)
+{
+    struct log_open *a = arg;
+    struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
+    if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 || log_config(nl, put_bind) < 0 ||
+        log_config(nl, put_mode) < 0) {
+        a->err = errno ? errno : EIO;
+        if (nl)
+            mnl_socket_close(nl);
+        return;
+    }
+    /* keep the fd, drop the wrapper (a malloc'd struct around it) */
+    a->fd = dup(mnl_socket_get_fd(nl));
+    if (a->fd < 0)
+        a->err = errno;
+    else
+        fcntl(a->fd, F_SETFL, O_NONBLOCK);
+    mnl_socket_close(nl);
+    if (a->fd >= 0)
+        fcntl(a->fd, F_SETFD, FD_CLOEXEC);
+}
+
+int sbx_netopen_log_open(pid_t pid, sbx_error *err)
+{
+    struct log_open a = { .fd = -1 };
+    int e = sbx_netns_run(pid, log_open_in_netns, &a);
+    if (e || a.err)
+        return sbx_error_set(err, e ? e : a.err, "the sandbox's connection log (NFLOG)");
+    return a.fd;
+}
+
+struct log_parse {
+    void (*on)(void *ctx, const sbx_netopen_conn *c);
+    void *ctx;
+};
+
+/* The destination of a logged packet: IPv4 or IPv6 (without extension
+ * headers: TCP, UDP and ICMP come first on what sandboxes send). */
+static bool parse_packet(const uint8_t *p, size_t len, sbx_netopen_conn *c)
+{
+    size_t l4;
+    if (len >= 20 && p[0] >> 4 == 4) {
+        l4 = (size_t) (p[0] & 15) * 4;
+        c->proto = p[9];
+        inet_ntop(AF_INET, p + 16, c->address, sizeof c->address);
+    } else if (len >= 40 && p[0] >> 4 == 6) {
+        l4 = 40;
+        c->proto = p[6];
+        inet_ntop(AF_INET6, p + 24, c->address, sizeof c->address);
+    } else {
+        return false;
+    }
+    c->port = (c->proto == 6 || c->proto == 17) && len >= l4 + 4 ? (p[l4 + 2] << 8) | p[l4 + 3] : 0;
+    return true;
+}
+
+static int on_attr(const struct nlattr *a, void *data)
+{
+    const struct nlattr **tb = data;
+    int type = mnl_attr_get_type(a);
+    if (type <= NFULA_MAX)
+        tb[type] = a;
+    return MNL_CB_OK;
+}
+
+static int on_msg(const struct nlmsghdr *h, void *data)
+{
+    struct log_parse *lp = data;
+    if ((h->nlmsg_type & 0xff) != NFULNL_MSG_PACKET)
+        return MNL_CB_OK;
+    const struct nlattr *tb[NFULA_MAX + 1] = { 0 };
+    mnl_attr_parse(h, sizeof(struct nfgenmsg), on_attr, tb);
+    if (!tb[NFULA_PAYLOAD] || !tb[NFULA_PREFIX])
+        return MNL_CB_OK;
+    sbx_netopen_conn c = { 0 };
+    const char *prefix = mnl_attr_get_str(tb[NFULA_PREFIX]);
+    if (!parse_packet(mnl_attr_get_payload(tb[NFULA_PAYLOAD]), mnl_attr_get_payload_len(tb[NFULA_PAYLOAD]), &c))
+        return MNL_CB_OK;
+    c.allowed = strncmp(prefix, "allow", 5) == 0;
+    if (strncmp(prefix, "deny ", 5) == 0)
+        snprintf(c.reason, sizeof c.reason, "%s is denied by rule %s", c.address, prefix + 5);
+    else if (strncmp(prefix, "range ", 6) == 0)
+        snprintf(c.reason, sizeof c.reason,
+                 "%s is in %s: a private, loopback, link-local or reserved range (allow it with a CIDR rule)",
+                 c.address, prefix + 6);
+    lp->on(lp->ctx, &c);
+    return MNL_CB_OK;
+}
+
+void sbx_netopen_log_read(int fd, void (*on)(void *ctx, const sbx_netopen_conn *c), void *ctx)
+{
+    char buf[16384];
+    struct log_parse lp = { on, ctx };
+    for (int i = 0; i < 64; i++) { /* at most this much at a time: others wait on the same thread */
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n <= 0)
+            return; /* EAGAIN, or ENOBUFS after an overrun: some events are lost, the log goes on */
+        mnl_cb_run(buf, (size_t) n, 0, 0, on_msg, &lp);
     }
 }

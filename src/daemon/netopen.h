@@ -3,6 +3,7 @@
 #ifndef SBX_DAEMON_NETOPEN_H
 #define SBX_DAEMON_NETOPEN_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "../lib/error.h"
@@ -16,5 +17,22 @@ int sbx_netopen_start(pid_t pid, const sbx_net_policy *p, pid_t *slirp_pid, int 
 /* End slirp4netns (and reap it), remove the rules (pid 0: the sandbox is
  * gone, and its rules with its namespace). */
 void sbx_netopen_stop(pid_t pid, pid_t slirp_pid, int exit_fd);
+
+/* A connection the kernel let out, or a packet it rejected, as its log
+ * says: proto is the IP protocol number (6 tcp, 17 udp), port 0 without
+ * one; reason is empty for an allowed one. */
+typedef struct sbx_netopen_conn {
+    int proto;
+    char address[64];
+    int port;
+    bool allowed;
+    char reason[200];
+} sbx_netopen_conn;
+
+/* A socket reading the log of process pid's network namespace
+ * (non-blocking, close-on-exec), or -1 with err. */
+int sbx_netopen_log_open(pid_t pid, sbx_error *err);
+/* What the log has now, each entry handed to on. */
+void sbx_netopen_log_read(int fd, void (*on)(void *ctx, const sbx_netopen_conn *c), void *ctx);
 
 #endif

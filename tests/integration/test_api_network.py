@@ -349,6 +349,40 @@ def test_open_mode_reaches_out_with_the_deny_list_enforced(api):
         srv.shutdown()
 
 
+def test_open_mode_connections_are_events(api):
+    """No proxy sees open mode's traffic: the kernel's log (NFLOG in the
+    sandbox's namespace) makes each new connection let out, and each
+    packet refused, an event with its verdict and the rule that decided.
+    Link-local chatter of the interface itself is not reported."""
+    srv = _loopback_server()
+    port = srv.server_address[1]
+    try:
+        sid = api.create(network={"mode": "open", "allow": ["10.0.2.2/32"], "deny": ["203.0.113.7"]})["id"]
+        assert curl(api, sid, [f"http://10.0.2.2:{port}/"])[:2] == (0, PAGE.decode())
+        assert curl(api, sid, ["-m", "5", "http://203.0.113.7:81/"])[0] == 7
+        assert curl(api, sid, ["-m", "5", "http://169.254.169.254/"])[0] == 7
+        want = {("10.0.2.2", port, "allowed"), ("203.0.113.7", 81, "denied"), ("169.254.169.254", 80, "denied")}
+        deadline = time.monotonic() + 5
+        while True:
+            evs = [e["detail"] for e in api.get(f"/v1/sandboxes/{sid}/events?type=net").json()["events"]]
+            got = {(e["address"], e["port"], e["verdict"]) for e in evs}
+            if want <= got or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert want <= got, evs
+        by = {(e["address"], e["verdict"]): e for e in evs}
+        assert by[("10.0.2.2", "allowed")]["proto"] == "tcp" and by[("10.0.2.2", "allowed")]["bytes_in"] is None
+        assert "denied by rule 203.0.113.7" in by[("203.0.113.7", "denied")]["reason"], evs
+        assert "169.254.0.0/16" in by[("169.254.169.254", "denied")]["reason"], evs
+        assert not [e for e in evs if e["address"].startswith("ff02:")], evs
+        # one event per connection let out, not per packet
+        allowed = [e for e in evs if e["address"] == "10.0.2.2"]
+        assert len(allowed) == 1, allowed
+        api.delete(f"/v1/sandboxes/{sid}")
+    finally:
+        srv.shutdown()
+
+
 def test_open_mode_fails_closed_without_sbxd(make_sbxd):
     srv = _loopback_server()
     port = srv.server_address[1]
