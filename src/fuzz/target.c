@@ -390,11 +390,13 @@ int fz_exec(fz_ctx *c, const char *cmd, int *exit_code, char **out, size_t *out_
 }
 
 /* A shell script with its arguments ($1...), as command_run's argv: no
- * quoting of paths needed. */
+ * quoting of paths needed.  Takes the reference to args_list (callers
+ * build it in the call). */
 static int mcp_sh(fz_ctx *c, const char *op, const char *script, json_t *args_list, json_t **result)
 {
+    _cleanup_json_ json_t *list = args_list;
     _cleanup_json_ json_t *argv = json_pack("[s, s, s, s]", "sh", "-c", script, "sh"); /* $0, then $1... */
-    json_array_extend(argv, args_list);
+    json_array_extend(argv, list);
     _cleanup_json_ json_t *args =
         json_pack("{s:s, s:O, s:i}", "sandbox_id", c->sandbox, "argv", argv, "timeout_s", 300);
     *result = must(c, op, "command_run", args);

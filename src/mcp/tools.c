@@ -618,6 +618,13 @@ static int read_file(sbx_mcp_call *c, const char *id, const char *path, bytes *b
         *fail_res = fail_rest(c, &err);
         return -1;
     }
+    /* An empty file wrote nothing: give it a buffer all the same, so that
+     * callers hand memchr, json_stringn and base64 a real pointer (jansson
+     * refuses json_stringn(NULL, 0), and memchr(NULL, ...) is undefined). */
+    if (!got.data && !(got.data = malloc(1))) {
+        *fail_res = fail("out of memory");
+        return -1;
+    }
     *b = got;
     return 0;
 }
