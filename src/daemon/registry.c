@@ -315,6 +315,23 @@ int sbx_reg_end(sbx_registry *reg, sbx_box *b, const char *state, const char *re
     return 1;
 }
 
+/* Tell sbx-init that the sandbox's clock stops (before the freeze) or runs
+ * again (after the thaw), so that commands' own timeouts count only the
+ * time they could run.  sbx-init is in `init`, never frozen, so it would
+ * otherwise see a paused command overstay its deadline and kill it at the
+ * resume.  Best effort: a sandbox whose sbx-init predates CLOCK (protocol
+ * 2, re-attached after an upgrade) still pauses, with the old behaviour. */
+static void command_clock(sbx_box *b, bool running)
+{
+    uint32_t v = running;
+    uint8_t *reply = NULL;
+    size_t len;
+    sbx_error e = { 0 };
+    if (sbx_agent_call(b->sock, SBX_MSG_CLOCK, &v, sizeof v, &reply, &len, NULL, &e) < 0)
+        sbx_log("warn", "event=command_clock sandbox=%s running=%d error=\"%s\"", b->id, running, e.msg);
+    free(reply);
+}
+
 int sbx_reg_pause(sbx_registry *reg, sbx_box *b, bool pause, int64_t remaining_ms, sbx_error *err)
 {
     pthread_mutex_lock(&b->pause_lock);
@@ -331,11 +348,14 @@ int sbx_reg_pause(sbx_registry *reg, sbx_box *b, bool pause, int64_t remaining_m
     } else if (pause) {
         /* the clock stops: what is left of the timeout waits for the resume */
         int64_t remaining = remaining_ms > 0 ? remaining_ms : exp > now ? exp - now : 1000;
+        command_clock(b, false);
         if (sbx_cgroup_freeze(&b->cg, true, err) < 0) {
+            command_clock(b, true);
             ret = -1;
         } else if (sbx_store_box_pause(reg->store, b->id, remaining) != 1) {
             sbx_error e2 = { 0 };
             sbx_cgroup_freeze(&b->cg, false, &e2);
+            command_clock(b, true);
             ret = sbx_error_set(err, ESRCH, "sandbox %s has ended", b->id);
         } else {
             pthread_mutex_lock(&reg->lock);
@@ -358,6 +378,7 @@ int sbx_reg_pause(sbx_registry *reg, sbx_box *b, bool pause, int64_t remaining_m
             b->expires_at = exp2;
             b->paused_remaining_ms = 0;
             pthread_mutex_unlock(&reg->lock);
+            command_clock(b, true);
             sbx_store_event(reg->store, b->id, b->key_id, "resumed", NULL);
             ret = 1;
         }

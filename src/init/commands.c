@@ -15,6 +15,7 @@
 
 static sbx_cmd *cmds; /* newest first */
 static unsigned n_cmds;
+static uint64_t frozen_since_ms; /* 0: the command clocks run */
 
 uint64_t sbx_now_ms(void)
 {
@@ -222,11 +223,29 @@ void sbx_cmd_kill_tree(sbx_cmd *c)
         kill(c->pid, SIGKILL);
 }
 
+void sbx_cmd_clock_stop(void)
+{
+    if (!frozen_since_ms)
+        frozen_since_ms = sbx_now_ms();
+}
+
+void sbx_cmd_clock_start(void)
+{
+    if (!frozen_since_ms)
+        return;
+    uint64_t frozen = sbx_now_ms() - frozen_since_ms;
+    frozen_since_ms = 0;
+    for (sbx_cmd *c = cmds; c; c = c->next)
+        if (c->deadline_ms && !c->exited)
+            c->deadline_ms += frozen;
+}
+
 int sbx_cmd_tick(void)
 {
     uint64_t now = sbx_now_ms(), next = UINT64_MAX;
     for (sbx_cmd *c = cmds; c; c = c->next) {
-        if (c->deadline_ms && !c->exited) {
+        /* frozen: no deadline passes (the clock starts again on thaw) */
+        if (c->deadline_ms && !c->exited && !frozen_since_ms) {
             if (now >= c->deadline_ms) {
                 c->timed_out = true;
                 c->deadline_ms = 0;

@@ -80,6 +80,13 @@ void sbx_cmd_exited(sbx_cmd *c, int status);
  * Returns the poll timeout until the next one, -1 if none. */
 int sbx_cmd_tick(void);
 
+/* The sandbox is being frozen (stop) or was thawed (start): commands'
+ * timeouts measure the time they could run, so a deadline does not pass
+ * while the command is frozen; on start every pending deadline moves on by
+ * the time spent frozen.  Idempotent either way. */
+void sbx_cmd_clock_stop(void);
+void sbx_cmd_clock_start(void);
+
 /* SIGKILL to the command's process group and every descendant still found
  * in /proc. */
 void sbx_cmd_kill_tree(sbx_cmd *c);

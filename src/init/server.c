@@ -444,6 +444,20 @@ static void handle(conn *k, uint32_t type, const uint8_t *payload, size_t len)
         }
         break;
     }
+    case SBX_MSG_CLOCK: {
+        uint32_t running = sbx_read_u32(&r);
+        if (r.bad) {
+            queue_error(k, EINVAL, "bad CLOCK request");
+            break;
+        }
+        if (running)
+            sbx_cmd_clock_start();
+        else
+            sbx_cmd_clock_stop();
+        queue(k, SBX_MSG_OK, NULL);
+        k->served = true;
+        break;
+    }
     case SBX_MSG_LIST:
         do_list(k);
         break;

@@ -45,6 +45,8 @@ enum sbx_msg_type {
     SBX_MSG_CMD_OP = 24,     /* {u32 pid, u32 op, u32 arg, bytes} -> OK | ERROR */
     SBX_MSG_LIST = 25,       /* -> OK {u32 n, n x command entry} */
     SBX_MSG_RESIZE = 26,     /* out -> init, attached to a PTY command: {u32 cols, u32 rows} */
+    SBX_MSG_CLOCK = 27,      /* {u32 running}: 0 before a freeze, 1 after a thaw -> OK (commands'
+                              * timeouts do not run while the sandbox is paused) */
     /* File operations, run by a worker with the user's credentials:
      * payload starts {u32 uid, u32 gid, str home}, then per operation. */
     SBX_MSG_FILE_READ = 32,  /* {path} -> OK {u64 size, str abs path}, DATA..., DATA_END */
@@ -60,7 +62,7 @@ enum sbx_msg_type {
     SBX_MSG_ENTRY = 42,      /* a file entry, see sbx_entry */
 };
 
-#define SBX_PROTOCOL_VERSION 2
+#define SBX_PROTOCOL_VERSION 3 /* 3: CLOCK */
 
 /* CMD_OP operations */
 enum { SBX_OP_STDIN = 1, SBX_OP_STDIN_CLOSE = 2, SBX_OP_SIGNAL = 3, SBX_OP_KILL = 4 };

@@ -12,7 +12,7 @@ nothing behind; another key cannot pause or resume it."""
 import signal
 import time
 
-from sbxd_fixture import assert_error, events
+from sbxd_fixture import assert_error, collect, events
 
 MiB = 1 << 20
 
@@ -155,3 +155,94 @@ def test_paused_survives_sigkill_restart(make_sbxd):
     nums = counter_lines(c, sid, pid, want=20)
     assert nums == list(range(nums[0], nums[0] + len(nums))), nums
     pause(c, sid)  # and delete it paused: nothing may be left (checked at close)
+
+
+class Reader:
+    """Reads a command's ndjson stream in a thread: (arrival time, number)
+    for each line of a counter, so a test can say when output flowed."""
+
+    def __init__(self, c, sid, pid):
+        import threading
+        self.resp = c.stream("GET", f"/v1/sandboxes/{sid}/commands/{pid}/stream")
+        self.got, self.end = [], None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        buf = ""
+        try:
+            for t, ev in events(self.resp):
+                if ev.get("type") == "stdout":
+                    buf += ev["data"]
+                    *done, buf = buf.split("\n")
+                    self.got += [(t, int(x)) for x in done if x]
+                elif ev.get("type") == "end":
+                    self.end = ev
+        except Exception:  # the connection closed at the end of the test
+            pass
+
+    def wait(self, n, within=10):
+        deadline = time.monotonic() + within
+        while len(self.got) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(self.got) >= n, self.got
+
+    def close(self):
+        self.resp.close()
+
+
+def test_a_stream_attached_before_the_pause_goes_on_after_it(api):
+    """The same connection, held across the pause: nothing arrives while
+    paused, then the numbers go on from where they stopped, none lost or
+    repeated; a file the counter holds open keeps every line too."""
+    sid = api.create()["id"]
+    pid = api.background(sid, "exec 3>>/tmp/log; i=0; while true; do i=$((i+1)); echo $i; echo $i >&3; "
+                              "sleep 0.05; done")
+    rd = Reader(api, sid, pid)
+    rd.wait(10)
+    pause(api, sid)
+    t_paused = time.monotonic()
+    n_at_pause = len(rd.got)
+    time.sleep(1.5)
+    t_resume = time.monotonic()
+    during = [n for t, n in rd.got if t_paused + 0.3 < t < t_resume]
+    assert during == [], during  # frozen: no output while paused
+    assert len(rd.got) <= n_at_pause + 2, (n_at_pause, rd.got[-5:])
+    resume(api, sid)
+    rd.wait(len(rd.got) + 20)
+    nums = [n for _, n in rd.got]
+    assert nums == list(range(1, len(nums) + 1)), nums
+    after = [t for t, _ in rd.got if t > t_resume]
+    assert after, rd.got[-5:]
+    rd.close()
+    api.delete(f"/v1/sandboxes/{sid}/commands/{pid}")
+    # the descriptor it held open got every number, in order, across the pause
+    logged = [int(x) for x in api.get_file(sid, "/tmp/log").decode().split()]
+    assert logged[:len(nums)] == nums, (logged[:5], nums[:5])
+
+
+def test_a_commands_timeout_does_not_run_while_paused(api):
+    """A command's own timeout_s counts the time it could run: paused for
+    longer than its timeout, it still finishes normally; and one that
+    overruns still times out after the resume."""
+    sid = api.create()["id"]
+    ok = api.background(sid, "sleep 2; echo finished", timeout_s=3)
+    late = api.background(sid, "sleep 60", timeout_s=2)
+    time.sleep(0.8)
+    pause(api, sid)
+    time.sleep(3.5)  # past both timeouts, but the sandbox was frozen
+    cmds = {c["pid"]: c for c in api.get(f"/v1/sandboxes/{sid}/commands").json()["commands"]}
+    assert cmds[ok]["running"] and cmds[late]["running"], cmds
+    resume(api, sid)
+    t0 = time.monotonic()
+    with api.stream("GET", f"/v1/sandboxes/{sid}/commands/{ok}/stream") as r:
+        evs, so, _ = collect(r)
+    assert so == b"finished\n", evs
+    end = evs[-1]
+    assert end["type"] == "end" and end["exit_code"] == 0 and not end["timed_out"], end
+    with api.stream("GET", f"/v1/sandboxes/{sid}/commands/{late}/stream") as r:
+        evs, _, _ = collect(r)
+    end = evs[-1]
+    assert end["timed_out"] and end["signal"] == 9, end
+    # it had ~1.2 s left at the pause: killed about that long after the resume
+    assert time.monotonic() - t0 < 3.0
