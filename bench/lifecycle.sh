@@ -2,9 +2,11 @@
 # bench/lifecycle.sh - the sandbox lifecycle of issue 5, side by side in one run:
 #   1. create from the warm pool vs a cold create vs a one-shot `bwrap ... true` (hyperfine):
 #      client-side p50 over loopback HTTP, and sbxd's own time (its log's ms=)
-#   2. pause and resume of a sandbox running a busy loop
+#   2. pause and resume of a sandbox running a busy loop, and of one whose process sleeps
 #   3. snapshot of a 100 MiB writable layer; fork of 10
-#   4. density: 1000 idle sandboxes, host memory per sandbox outside their own processes
+#   4. density: 1000 idle sandboxes; host memory per sandbox (all of it, outside their own
+#      processes, the kernel's share: slab, page tables, kernel stacks, and sbxd's RSS growth),
+#      and how many idle sandboxes this machine's available memory would hold at that rate
 # Targets: pool create p50 <= 2 ms and p99 <= 10 ms server-side; cold create <= 1.0x bwrap;
 # pause and resume p50 <= 2 ms; 1000 idle sandboxes at < 1 MiB of host memory each.
 # Usage: sudo bash bench/lifecycle.sh (after ninja -C build).  RUNS (default 100), IDLE (1000).
@@ -51,6 +53,7 @@ hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$work/hf.json" -n bwrap "
 
 echo "== 2. pause / resume ==" >&2
 pr=$("$BUILD/sbx-loadgen" "$curl_" "$key" pause "$RUNS")
+pri=$("$BUILD/sbx-loadgen" "$curl_" "$key" pause-idle "$RUNS")
 p_ms=$(grep -o 'event=paused sandbox=[0-9a-f]* ms=[0-9.]*' "$work/cold.log" | sed 's/.*ms=//' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
 r_ms=$(grep -o 'event=resumed sandbox=[0-9a-f]* ms=[0-9.]*' "$work/cold.log" | sed 's/.*ms=//' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
 
@@ -74,39 +77,69 @@ stop_sbxd cold
 echo "== 4. density: $IDLE idle sandboxes ==" >&2
 durl=$(start_sbxd density --pool 0 --max-sandboxes $((IDLE + 10)))
 avail() { awk '/MemAvailable/ {print $2}' /proc/meminfo; }
+# the kernel's own memory: slab (dentries, inodes, cgroup and namespace objects), page tables,
+# kernel stacks (KiB)
+kmem() { awk '/^(Slab|PageTables|KernelStack):/ {s += $2} END {print s}' /proc/meminfo; }
+rss_of() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+sbxd_rss0=$(rss_of "$(cat "$work/density.pid")")
 before=$(avail)
+kbefore=$(kmem)
 t0=$(date +%s.%N)
 for _ in $(seq "$IDLE"); do
-  curl -sf "${A[@]}" "${J[@]}" -d '{}' "$durl/v1/sandboxes" >/dev/null || die "create failed after $_ sandboxes"
+  curl -sf "${A[@]}" "${J[@]}" -d '{}' "$durl/v1/sandboxes" >>"$work/density.ids" || die "create failed after $_ sandboxes"
+  echo >>"$work/density.ids"
 done
 t1=$(date +%s.%N)
 sleep 2
 after=$(avail)
-sbxd_rss=$(awk '/VmRSS/ {print $2}' "/proc/$(cat "$work/density.pid")/status")
-# the sandboxes' own processes (sbx-init and its zygote): their RSS
-own=$(for p in $(pgrep -x init); do grep -q "sbx-" "/proc/$p/cgroup" 2>/dev/null && awk '/VmRSS/ {print $2}' "/proc/$p/status"; done | awk '{s+=$1} END {print s+0}')
+kafter=$(kmem)
+sbxd_rss=$(rss_of "$(cat "$work/density.pid")")
+# the sandboxes' own processes (sbx-init and its zygote): their RSS.  Only this daemon's
+# sandboxes, by id: other sbxd instances on the host have theirs in other sbx-<id> cgroups.
+own=$(python3 - "$work/density.ids" <<'PY'
+import json, os, re, sys
+ids = {json.loads(l)["id"] for l in open(sys.argv[1]) if l.strip()}
+kib = 0
+for p in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        m = re.search(r"/sbx-([0-9a-f]+)/", open(f"/proc/{p}/cgroup").read())
+        if m and m.group(1) in ids:
+            kib += int(re.search(r"VmRSS:\s+(\d+)", open(f"/proc/{p}/status").read()).group(1))
+    except (OSError, AttributeError):
+        pass
+print(kib)
+PY
+)
 stop_sbxd density
 
 python3 - "$results" "$pc" "$cc" "$work/hf.json" "$p_srv50" "$p_srv99" "$c_srv50" "$c_srv99" "$pr" "$p_ms" "$r_ms" \
-  "$snap_s" "$fork_s" "$IDLE" "$before" "$after" "$sbxd_rss" "$own" "$t0" "$t1" <<'PY'
+  "$snap_s" "$fork_s" "$IDLE" "$before" "$after" "$sbxd_rss" "$own" "$t0" "$t1" "$pri" "$kbefore" "$kafter" \
+  "$sbxd_rss0" <<'PY'
 import json, sys, datetime
 (res, pc, cc, hf, ps50, ps99, cs50, cs99, pr, p_ms, r_ms, snap_s, fork_s, idle, before, after, rss, own, t0,
- t1) = sys.argv[1:]
+ t1, pri, kbefore, kafter, rss0) = sys.argv[1:]
 pc, cc = json.loads(pc), json.loads(cc)
 pause, resume = [json.loads(l) for l in pr.strip().splitlines()]
+pause_idle, resume_idle = [json.loads(l) for l in pri.strip().splitlines()]
 h = json.load(open(hf))["results"][0]
 bw = sorted(h["times"])[len(h["times"]) // 2] * 1000
 idle = int(idle)
 used_kib = int(before) - int(after)
 per_kib = used_kib / idle
 outside_kib = (used_kib - int(own)) / idle
+kernel_kib = (int(kafter) - int(kbefore)) / idle
+sbxd_kib = (int(rss) - int(rss0)) / idle
+fit = int(int(before) / per_kib) if per_kib > 0 else 0  # at this rate, what MemAvailable holds
 out = {"date": datetime.datetime.utcnow().isoformat() + "Z", "pool_create": pc, "cold_create": cc,
        "pool_create_server_p50_ms": float(ps50), "pool_create_server_p99_ms": float(ps99),
        "cold_create_server_p50_ms": float(cs50), "bwrap_p50_ms": bw, "pause": pause, "resume": resume,
        "pause_server_p50_ms": float(p_ms), "resume_server_p50_ms": float(r_ms),
        "snapshot_100MiB_s": float(snap_s), "fork_10_s": float(fork_s), "idle_sandboxes": idle,
        "host_kib_per_sandbox": per_kib, "host_kib_per_sandbox_outside_processes": outside_kib,
-       "sbxd_rss_kib": int(rss), "create_rate_per_s": idle / (float(t1) - float(t0))}
+       "sbxd_rss_kib": int(rss), "create_rate_per_s": idle / (float(t1) - float(t0)),
+       "pause_idle": pause_idle, "resume_idle": resume_idle, "kernel_kib_per_sandbox": kernel_kib,
+       "sbxd_rss_kib_per_sandbox": sbxd_kib, "mem_available_kib_before": int(before),
+       "idle_sandboxes_that_fit_estimate": fit}
 json.dump(out, open(res + "/lifecycle.json", "w"), indent=2)
 md = ["| measurement | sbx | peer | ratio | target |", "|---|---|---|---|---|",
       f'| create from the warm pool, p50 (client / sbxd) | {pc["p50_ms"]:.2f} / {float(ps50):.2f} ms | bwrap {bw:.1f} ms | {pc["p50_ms"] / bw:.2f}x | <= 2 ms server-side |',
@@ -114,10 +147,13 @@ md = ["| measurement | sbx | peer | ratio | target |", "|---|---|---|---|---|",
       f'| cold create, p50 (client / sbxd) | {cc["p50_ms"]:.2f} / {float(cs50):.2f} ms | bwrap {bw:.1f} ms | {cc["p50_ms"] / bw:.2f}x | <= 1.0x bwrap |',
       f'| pause, p50 (client / sbxd) | {pause["p50_ms"]:.2f} / {float(p_ms):.2f} ms | | | <= 2 ms |',
       f'| resume, p50 (client / sbxd) | {resume["p50_ms"]:.2f} / {float(r_ms):.2f} ms | | | <= 2 ms |',
+      f'| pause / resume of a sleeping sandbox, client p50 | {pause_idle["p50_ms"]:.2f} / {resume_idle["p50_ms"]:.2f} ms | | | <= 2 ms |',
       f'| snapshot of a 100 MiB writable layer (median of 5) | {float(snap_s) * 1000:.0f} ms | | | |',
       f'| fork of 10 | {float(fork_s) * 1000:.0f} ms | | | |',
       f'| {idle} idle sandboxes: host memory each (all / outside their processes) | {per_kib / 1024:.2f} / {outside_kib / 1024:.2f} MiB | | | < 1 MiB outside |',
+      f'| of which the kernel (slab, page tables, kernel stacks) / sbxd RSS growth | {kernel_kib / 1024:.2f} / {sbxd_kib / 1024:.3f} MiB | | | |',
       f'| sbxd RSS with {idle} sandboxes | {int(rss) / 1024:.0f} MiB | | | |',
+      f'| idle sandboxes that fit in MemAvailable ({int(before) / 1048576:.1f} GiB) at this rate | ~{fit} | | | >= 1000 |',
       f'| creates per second (sequential, cold) | {idle / (float(t1) - float(t0)):.0f} | | | |']
 open(res + "/lifecycle.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))

@@ -9,6 +9,8 @@
  *   sbx-loadgen URL KEY echo N        REST: {"cmd": "echo hi"} N times in one sandbox
  *   sbx-loadgen URL KEY create N      create (timed) then delete (not timed) a sandbox, N times
  *   sbx-loadgen URL KEY pause N       pause then resume a sandbox running a busy loop, N times
+ *   sbx-loadgen URL KEY pause-idle N  the same with a sandbox whose process sleeps (after the
+ *                                     resume nothing competes with sbxd and the client for CPU)
  *   sbx-loadgen URL KEY mcp N         MCP over Streamable HTTP: command_run of `echo hi`
  *                                     N times (one session, one sandbox)
  *   sbx-loadgen URL KEY upload FILE   PUT FILE into a sandbox, then GET it back
@@ -211,7 +213,7 @@ static double transfer(const char *id, const char *file, bool up, size_t *bytes)
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info|echo|create|pause|mcp N | upload FILE\n");
+        fprintf(stderr, "usage: sbx-loadgen URL KEY roundtrip|exec|info|echo|create|pause|pause-idle|mcp N | upload FILE\n");
         return 2;
     }
     base = argv[1];
@@ -330,12 +332,15 @@ int main(int argc, char **argv)
                 return 1;
         }
         report("create", v, n);
-    } else if (strcmp(argv[3], "pause") == 0) {
+    } else if (strcmp(argv[3], "pause") == 0 || strcmp(argv[3], "pause-idle") == 0) {
         if (create(id) < 0)
             return 1;
         char path[256];
         snprintf(path, sizeof path, "/v1/sandboxes/%s/commands", id);
-        if (request("POST", path, "{\"cmd\":\"while :; do :; done\",\"background\":true}") != 201)
+        bool busy = strcmp(argv[3], "pause") == 0;
+        if (request("POST", path,
+                    busy ? "{\"cmd\":\"while :; do :; done\",\"background\":true}"
+                         : "{\"cmd\":\"sleep 3600\",\"background\":true}") != 201)
             return fprintf(stderr, "background failed: %s\n", body), 1;
         double *w = calloc((size_t) n, sizeof *w);
         char pp[256], rp[256];
@@ -352,8 +357,8 @@ int main(int argc, char **argv)
                 v[i - 5] = t1 - t0, w[i - 5] = now_ms() - t1;
         }
         delete (id);
-        report("pause", v, n);
-        report("resume", w, n);
+        report(busy ? "pause" : "pause_idle", v, n);
+        report(busy ? "resume" : "resume_idle", w, n);
     } else if (strcmp(argv[3], "info") == 0) {
         if (create(id) < 0)
             return 1;
