@@ -1,8 +1,14 @@
 """sbx fuzz: a seeded run against the real sbxd passes, is recorded in
-SQLite and rendered as a self-contained HTML report; the same seed gives
-the same tests; bad arguments are usage errors."""
+SQLite and rendered as a self-contained HTML report (latencies from the
+steps, failures grouped by mode, unsupported apart and out of the pass
+rate); the same seed gives the same tests; bad arguments are usage errors."""
 
+import html.parser
+import json
+import math
 import os
+import re
+import shutil
 import sqlite3
 import subprocess
 
@@ -11,6 +17,104 @@ SBX = os.environ.get("SBX_BIN", os.path.join(os.path.dirname(__file__), "..", ".
 
 def fuzz(*args, env=None):
     return subprocess.run([SBX, "fuzz", *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+BAD_KEY = "not-a-key-of-this-sbxd-0123456789"  # every create is refused: a deterministic failure
+
+
+class Page(html.parser.HTMLParser):
+    """What a report shows: its tables by id (rows of cell texts), its
+    <details> groups (attributes, reason, members with their evidence),
+    the elements and attributes it has, and its text."""
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.tables, self.groups, self.tags, self.attrs, self.text = {}, [], [], [], []
+        self.table = self.row = self.cell = self.group = self.member = None
+        self.in_reason = self.in_pre = self.in_why = False
+        self.svgs, self.svg_text = {}, {}
+        self.svg = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        self.attrs.extend(attrs)
+        if tag == "table":
+            self.table = self.tables.setdefault(a.get("id", ""), [])
+        elif tag == "tr" and self.table is not None:
+            self.row = []
+            self.table.append(self.row)
+        elif tag in ("td", "th") and self.row is not None:
+            self.cell = ""
+        elif tag == "details":
+            self.group = {**a, "reason": "", "members": []}
+            self.groups.append(self.group)
+        elif tag == "code" and a.get("class") == "reason":
+            self.in_reason = True
+        elif tag == "div" and a.get("class") == "test" and self.group is not None:
+            self.member = {"name": a["data-name"], "seed": int(a["data-seed"]), "why": "", "evidence": ""}
+            self.group["members"].append(self.member)
+        elif tag == "span" and a.get("class") == "why":
+            self.in_why = True
+        elif tag == "pre":
+            self.in_pre = True
+        elif tag == "svg":
+            self.svg = self.svgs.setdefault(a.get("id", ""), [])
+            self.svg_words = self.svg_text.setdefault(a.get("id", ""), [])
+        elif self.svg is not None:
+            self.svg.append((tag, a))
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.table = None
+        elif tag in ("td", "th") and self.cell is not None:
+            self.row.append(self.cell)
+            self.cell = None
+        elif tag == "details":
+            self.group = None
+        elif tag == "code":
+            self.in_reason = False
+        elif tag == "span":
+            self.in_why = False
+        elif tag == "pre":
+            self.in_pre = False
+        elif tag == "svg":
+            self.svg = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self.svg is not None:
+            self.svg_words.append(data)
+        if self.cell is not None:
+            self.cell += data
+        if self.in_reason:
+            self.group["reason"] += data
+        if self.member is not None and self.in_why:
+            self.member["why"] += data
+        if self.member is not None and self.in_pre:
+            self.member["evidence"] += data
+
+    def rows(self, table):
+        """The rows of table `table` as dicts by its header."""
+        head, *body = self.tables[table]
+        return [dict(zip(head, r)) for r in body]
+
+
+def assert_self_contained(text):
+    page = Page(text)
+    fetching = {"script", "link", "img", "iframe", "object", "embed", "base", "image", "use", "foreignobject"}
+    assert not fetching & set(page.tags), fetching & set(page.tags)
+    for name, value in page.attrs:
+        assert name not in ("src", "href", "xmlns", "srcset") and not name.startswith("on"), (name, value)
+        assert "http:" not in (value or "") and "https:" not in (value or ""), (name, value)
+    assert "url(" not in text and "@import" not in text
+    return page
+
+
+def nearest_rank(values, q):
+    v = sorted(values)
+    return v[max(0, math.ceil(q * len(v)) - 1)]
 
 
 def test_seeded_run_passes_and_reports(api, sbxd_daemon, tmp_path):
@@ -42,11 +146,31 @@ def test_seeded_run_passes_and_reports(api, sbxd_daemon, tmp_path):
     r = fuzz("report", db, "-o", str(html), "--run", "1")
     assert r.returncode == 0, r.stderr
     text = html.read_text()
-    assert "<svg" in text and "encoding" in text and "exec.exit_code" not in text  # no failures listed
-    assert "None." in text
-    assert "src=" not in text and "href=" not in text and "url(" not in text and "@import" not in text  # self-contained
-    for op in ("create", "exec", "upload", "download"):
-        assert f"<td>{op}</td>" in text, op
+    page = assert_self_contained(text)
+    assert "encoding" in text and "exec.exit_code" not in text  # no failures listed
+    assert "None." in text and not page.groups
+    # the latencies are those of the run's steps: real counts, the same
+    # nearest-rank percentiles (the query once failed unnoticed: all zeros)
+    c = sqlite3.connect(db)
+    steps = {}
+    for op, ms in c.execute("SELECT s.op, s.ms FROM steps s JOIN tests t ON t.id = s.test WHERE t.run = 1"):
+        steps.setdefault(op, []).append(ms)
+    c.close()
+    latency = {r["operation"]: r for r in page.rows("latency")}
+    assert set(latency) == set(steps) and {"create", "exec", "upload", "download", "delete"} <= set(latency)
+    for op, ms in steps.items():
+        row = latency[op]
+        assert int(row["steps"]) == len(ms), (op, row)
+        for col, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            assert abs(float(row[col]) - nearest_rank(ms, q)) < 0.006, (op, col, row)
+        assert abs(float(row["max"]) - max(ms)) < 0.006
+        assert 0 < float(row["p50"]) <= float(row["p90"]) <= float(row["p99"]) <= float(row["max"]), row
+    assert float(latency["create"]["p50"]) >= 1  # a sandbox is not made in under a millisecond
+    # both charts, inline: a bar per domain, a bar pair per operation
+    assert {"fs", "encoding", "exec"} <= set(page.svg_text["domain-chart"])
+    assert set(steps) <= set(page.svg_text["latency-chart"])
+    assert len([e for e in page.svgs["latency-chart"] if e[0] == "rect"]) == 2 * len(steps)
+    assert page.rows("domains")[-1]["pass rate"] == "100.0%"
     # nothing of the runs is left behind
     live = api.get("/v1/sandboxes?state=live&metadata.sbx.fuzz=1").json()["sandboxes"]
     assert live == [], live
@@ -82,3 +206,145 @@ def test_every_domain_passes_against_sbxd(api, sbxd_daemon, tmp_path):
     unsupported = {n for (n,) in c.execute("SELECT name FROM tests WHERE verdict = 'unsupported'")}
     assert unsupported <= {"data.chart"}, unsupported
     c.close()
+
+
+# --------------------------------------------------------------------------
+# the report's content
+
+
+def run_into(db, url, key, *args):
+    return fuzz("run", "--target", url, "--key", key, "--db", db, *args)
+
+
+def rows_of(db, run):
+    """{id: (domain, name, seed)} of a run, and the ids by domain."""
+    c = sqlite3.connect(db)
+    rows = c.execute("SELECT id, domain, name, seed FROM tests WHERE run = ? ORDER BY id", (run,)).fetchall()
+    c.close()
+    by_domain = {}
+    for i, d, _, _ in rows:
+        by_domain.setdefault(d, []).append(i)
+    return {i: (d, n, s) for i, d, n, s in rows}, by_domain
+
+
+def unsigned(seed):
+    return seed % (1 << 64)  # SQLite keeps the 64-bit seeds signed
+
+
+def test_report_groups_failures_by_mode_and_keeps_unsupported_apart(api, sbxd_daemon, tmp_path):
+    """A real run, then in a copy of its file (sqlite3) failures of three
+    modes, unsupported tests and an unfinished one: the report groups the
+    failures by verdict and normalised reason, largest first, with each
+    member's evidence; lists the unsupported apart with their reasons; and
+    counts the pass rate as passed / (ran - unsupported)."""
+    db = str(tmp_path / "run.db")
+    r = run_into(db, sbxd_daemon.url, api.key, "--count", "12", "--seed", "7", "--jobs", "3", "--domain", "fs,exec")
+    assert r.returncode == 0, r.stdout + r.stderr
+    edited = str(tmp_path / "edited.db")
+    shutil.copy(db, edited)
+    tests, by = rows_of(edited, 1)
+    fs, ex = by["fs"], by["exec"]
+    assert len(fs) == 6 and len(ex) == 6
+    upload = "upload <path>: N bytes missing inside, sha256 <id>"
+    made = {  # test id: (verdict, reason, the mode it belongs to)
+        fs[0]: ("sandbox", "upload /home/user/x1/f.bin: 17 bytes missing inside, sha256 e3b0c44298fc1c14",
+                upload),
+        fs[1]: ("sandbox", "upload /tmp/fz/deep/a/b/c.txt: 4096 bytes missing inside, sha256 5d41402abc4b2a76",
+                upload),
+        fs[2]: ("sandbox", "upload /w: 1 bytes missing inside, sha256 9e107d9d372bb6826bd81d35", upload),
+        ex[0]: ("interface", "exit 3 came back as 4", "exit N came back as N"),
+        ex[1]: ("interface", "exit 255 came back as 0", "exit N came back as N"),
+        ex[2]: ("interface", "create: the answer has no sandbox id", "create: the answer has no sandbox id"),
+        fs[3]: ("unsupported", "a tool is missing from this template: perl", None),
+        ex[3]: ("unsupported", "no matplotlib in this template", None),
+    }
+    big = "x" * 20000
+    c = sqlite3.connect(edited)
+    with c:
+        for i, (verdict, why, _) in made.items():
+            c.execute("UPDATE tests SET verdict = ?, why = ? WHERE id = ?", (verdict, why, i))
+            c.execute("INSERT INTO evidence(test, what, text) VALUES(?, ?, ?)", (i, verdict, why))
+        c.execute("INSERT INTO evidence(test, what, text) VALUES(?, 'inside', '<b>not html</b> & more')", (fs[0],))
+        c.execute("INSERT INTO evidence(test, what, text) VALUES(?, 'output', ?)", (ex[0], big))
+        c.execute("UPDATE tests SET verdict = NULL, why = NULL WHERE id = ?", (ex[4],))  # cut off
+    c.close()
+    html = tmp_path / "r.html"
+    r = fuzz("report", edited, "-o", str(html))
+    assert r.returncode == 0, r.stderr
+    text = html.read_text()
+    page = assert_self_contained(text)
+    assert "<b>not html</b>" not in text  # evidence is escaped
+    failures = [g for g in page.groups if g["data-verdict"] != "unsupported"]
+    assert [(g["data-verdict"], int(g["data-count"]), g["reason"]) for g in failures] == [
+        ("sandbox", 3, upload), ("interface", 2, "exit N came back as N"),
+        ("interface", 1, "create: the answer has no sandbox id")], failures
+    for g in failures:
+        members = {(m["name"], m["seed"]): m for m in g["members"]}
+        want = {i for i, (v, _, mode) in made.items() if v == g["data-verdict"] and mode == g["reason"]}
+        assert set(members) == {(tests[i][1], unsigned(tests[i][2])) for i in want}, g
+        for i in want:
+            m = members[(tests[i][1], unsigned(tests[i][2]))]
+            assert m["why"] == made[i][1] and made[i][1] in m["evidence"], m
+    upload_group = {m["seed"]: m for m in failures[0]["members"]}
+    assert "inside: <b>not html</b> & more" in upload_group[unsigned(tests[fs[0]][2])]["evidence"]
+    exit_group = {m["seed"]: m for m in failures[1]["members"]}
+    cut = exit_group[unsigned(tests[ex[0]][2])]["evidence"]
+    assert "[... " in cut and "bytes more]" in cut and len(cut) < 6000, len(cut)  # 20,000 bytes cut
+    # the unsupported apart, with their reasons, not among the failures
+    unsupported = [m for g in page.groups if g["data-verdict"] == "unsupported" for m in g["members"]]
+    assert {(m["name"], m["seed"], m["why"]) for m in unsupported} == {
+        (tests[i][1], unsigned(tests[i][2]), made[i][1]) for i in (fs[3], ex[3])}
+    # the rates: fs 2 passed of 6, 3 failed, 1 unsupported: 2 / (6 - 1 - 0 unfinished) = 40%;
+    # exec 1 passed, 3 failed, 1 unsupported, 1 unfinished: 1 / 4 = 25%
+    rows = {r["domain"]: r for r in page.rows("domains")}
+    want = {"fs": ["6", "2", "3", "1", "0", "40.0%"], "exec": ["6", "1", "3", "1", "1", "25.0%"],
+            "all": ["12", "3", "6", "2", "1", "33.3%"]}
+    cols = ["tests", "passed", "failed", "unsupported", "unfinished", "pass rate"]
+    assert {d: [rows[d][k] for k in cols] for d in rows} == want, rows
+    assert re.search(r'id="pass-rate"[^>]*>33\.3%<', text)
+    assert re.search(r'id="failures">6 failed tests', text) and re.search(r'id="unsupported">2 tests', text)
+    verdicts = {r["verdict"]: r["tests"] for r in page.rows("verdicts")}
+    assert verdicts == {"pass": "3", "sandbox": "3", "interface": "3", "unsupported": "2", "unfinished": "1"}
+
+
+def test_report_refuses_what_it_cannot_read(sbxd_daemon, tmp_path):
+    """An unknown run, a file that is no results file, and a query that fails
+    while it runs are errors: a message, exit 125, and no page (an old one
+    is left as it was), never a page with empty tables."""
+    db = str(tmp_path / "bad.db")
+    r = run_into(db, sbxd_daemon.url, BAD_KEY, "--count", "2", "--seed", "1", "--domain", "fs")
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = tmp_path / "r.html"
+    out.write_text("old")
+
+    def report(path, *args):
+        r = fuzz("report", path, "-o", str(out), *args)
+        assert r.returncode == 125 and out.read_text() == "old", (r.returncode, r.stderr)
+        return r.stderr
+
+    assert "run 9 is not in" in report(db, "--run", "9") and "it holds run 1" in report(db, "--run", "9")
+    text = tmp_path / "text.db"
+    text.write_text("not a database\n" * 100)
+    assert "not an SQLite database" in report(str(text))
+    no_steps = str(tmp_path / "no-steps.db")
+    shutil.copy(db, no_steps)
+    c = sqlite3.connect(no_steps)
+    c.execute("DROP TABLE steps")
+    c.commit()
+    c.close()
+    err = report(no_steps)
+    assert "not an sbx fuzz results file" in err and "steps" in err, err
+    # steps as a view that fails while it is read (abs() of the smallest
+    # integer overflows): the query runs, and its failure is reported
+    poisoned = str(tmp_path / "poisoned.db")
+    shutil.copy(db, poisoned)
+    c = sqlite3.connect(poisoned)
+    with c:
+        c.execute("ALTER TABLE steps RENAME TO steps_kept")
+        c.execute("INSERT INTO steps_kept(test, op, ms, ok) SELECT min(id), 'create', -9223372036854775808, 1 FROM tests")
+        c.execute("CREATE VIEW steps AS SELECT test, op, abs(CAST(ms AS INTEGER)) AS ms, ok FROM steps_kept")
+    c.close()
+    assert "integer overflow" in report(poisoned)
+    assert fuzz("report", db, "--run", "x", "-o", str(out)).returncode == 2
+    r = fuzz("report", db, "-o", str(out))
+    assert r.returncode == 0 and "interface" in out.read_text(), r.stderr  # the file itself is fine
