@@ -11,6 +11,7 @@
  *   domain_*.c  one file per domain: its generators and its checks
  *   query.c     reading a results file (checked to be one; every query checked)
  *   report.c    the self-contained HTML report
+ *   diff.c      what changed between two runs
  *
  * A test is a function of its seed: the same seed gives the same test
  * (names, sizes, byte patterns), so a failure can be replayed alone.
@@ -247,5 +248,6 @@ void fz_reason_mode(const char *why, char *out, size_t size);
 /* ---- the verbs */
 int fz_run_main(int argc, char **argv);
 int fz_report_main(int argc, char **argv);
+int fz_diff_main(int argc, char **argv);
 
 #endif

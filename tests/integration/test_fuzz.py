@@ -1,7 +1,8 @@
 """sbx fuzz: a seeded run against the real sbxd passes, is recorded in
 SQLite and rendered as a self-contained HTML report (latencies from the
 steps, failures grouped by mode, unsupported apart and out of the pass
-rate); the same seed gives the same tests; bad arguments are usage errors."""
+rate); the same seed gives the same tests, and `sbx fuzz diff` tells what
+changed between two runs; bad arguments are usage errors."""
 
 import html.parser
 import json
@@ -20,6 +21,7 @@ def fuzz(*args, env=None):
 
 
 BAD_KEY = "not-a-key-of-this-sbxd-0123456789"  # every create is refused: a deterministic failure
+DOMAINS = ["fs", "encoding", "exec", "lang", "lifecycle", "limits", "security", "data", "sdlc", "network"]
 
 
 class Page(html.parser.HTMLParser):
@@ -209,7 +211,7 @@ def test_every_domain_passes_against_sbxd(api, sbxd_daemon, tmp_path):
 
 
 # --------------------------------------------------------------------------
-# the report's content
+# the report's content, the diff, the usage text
 
 
 def run_into(db, url, key, *args):
@@ -348,3 +350,180 @@ def test_report_refuses_what_it_cannot_read(sbxd_daemon, tmp_path):
     assert fuzz("report", db, "--run", "x", "-o", str(out)).returncode == 2
     r = fuzz("report", db, "-o", str(out))
     assert r.returncode == 0 and "interface" in out.read_text(), r.stderr  # the file itself is fine
+
+
+def diff(*args, cwd=None):
+    return subprocess.run([SBX, "fuzz", "diff", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def percentiles(db, run, op):
+    c = sqlite3.connect(db)
+    ms = [m for (m,) in c.execute("SELECT s.ms FROM steps s JOIN tests t ON t.id = s.test WHERE t.run = ? AND s.op = ?",
+                                  (run, op))]
+    c.close()
+    return nearest_rank(ms, 0.5), nearest_rank(ms, 0.9)
+
+
+def test_diff_of_two_seeded_runs_and_a_regression(api, sbxd_daemon, tmp_path):
+    db = str(tmp_path / "runs.db")
+    for jobs in ("3", "2"):  # the same seed and count: the same tests, whatever the order they ran in
+        r = run_into(db, sbxd_daemon.url, api.key, "--count", "12", "--seed", "11", "--jobs", jobs, "--domain",
+                     "fs,exec")
+        assert r.returncode == 0, r.stdout + r.stderr
+    r = diff("--db", db, "1", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "12 matched by (name, seed), 0 new in B, 0 missing from B" in r.stdout, r.stdout
+    assert "regressed 0, fixed 0, changed 0, unchanged 12" in r.stdout and "nothing regressed" in r.stdout
+    assert re.search(r"^seed +11 +11$", r.stdout, re.M) and re.search(r"^jobs +3 +2 +\(differs\)$", r.stdout, re.M)
+    r = diff("--db", db, "--json", "1", "2")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["summary"] == {"matched": 12, "unchanged": 12, "fixed": 0, "regressed": 0, "changed": 0, "new": 0,
+                            "missing": 0} and j["tests"] == [] and j["regressed"] is False
+    assert j["a"]["options"]["seed"] == 11 and j["b"]["run"] == 2 and j["a"]["totals"]["passed"] == 12
+    assert [d["domain"] for d in j["domains"]] == ["exec", "fs", "all"]
+    assert all(d["a"]["pass_rate"] == d["b"]["pass_rate"] == 1.0 and d["pass_rate_change"] == 0 for d in j["domains"])
+    ops = {o["op"]: o for o in j["operations"]}
+    for run, side in ((1, "a"), (2, "b")):
+        p50, p90 = percentiles(db, run, "create")
+        assert abs(ops["create"][side]["p50"] - p50) < 1e-6 and abs(ops["create"][side]["p90"] - p90) < 1e-6
+
+    # a copy with every kind of change, made with sqlite3
+    edited = str(tmp_path / "edited.db")
+    shutil.copy(db, edited)
+    t1, by1 = rows_of(edited, 1)
+    t2, _ = rows_of(edited, 2)
+    in2 = {(n, s): i for i, (_, n, s) in t2.items()}
+    fs, ex = by1["fs"], by1["exec"]
+    fixed, regressed, timed_out, changed, missing = fs[0], fs[1], ex[0], ex[1], ex[2]
+
+    def twin(i):
+        return in2[t1[i][1:]]
+
+    c = sqlite3.connect(edited)
+    with c:
+        c.execute("UPDATE tests SET verdict = 'interface', why = 'exit 3 came back as 4' WHERE id IN (?, ?)",
+                  (fixed, changed))
+        c.execute("UPDATE tests SET verdict = 'sandbox', why = 'a directory listing disagrees' WHERE id IN (?, ?)",
+                  (twin(regressed), twin(changed)))
+        c.execute("UPDATE tests SET verdict = 'timeout', why = 'no answer in 600 s' WHERE id = ?", (twin(timed_out),))
+        c.execute("DELETE FROM tests WHERE id = ?", (twin(missing),))
+        c.execute("INSERT INTO tests(run, domain, name, seed, verdict, why, ms) "
+                  "VALUES(2, 'fs', 'fs.brand_new', 5, 'pass', '', 1.0)")
+        # run 2's sandboxes took ten times as long
+        c.execute("UPDATE steps SET ms = ms * 10 WHERE op = 'create' AND test IN (SELECT id FROM tests WHERE run = 2)")
+    c.close()
+    r = diff(f"{edited}:1", f"{edited}:2")
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = r.stdout
+
+    def listed(title, i, verdicts, why=None):
+        name, seed = t1[i][1], unsigned(t1[i][2])
+        section = out.split(f"\n{title}")[1].split("\n\n")[0]
+        line = f"  {name} seed {seed}: {verdicts}" + (f": {why}" if why else "")
+        assert line in section.splitlines(), (line, section)
+
+    listed("regressed, pass -> failure (2):", regressed, "pass -> sandbox", "a directory listing disagrees")
+    listed("regressed, pass -> failure (2):", timed_out, "pass -> timeout", "no answer in 600 s")
+    listed("fixed, failure -> pass (1):", fixed, "interface -> pass", "in A: exit 3 came back as 4")
+    listed("changed (1):", changed, "interface -> sandbox", "a directory listing disagrees")
+    listed("missing from B (1):", missing, "pass -> (none)")
+    assert "  fs.brand_new seed 5: (none) -> pass" in out
+    assert "11 matched by (name, seed), 1 new in B, 1 missing from B" in out
+    assert "regressed 2, fixed 1, changed 1, unchanged 7" in out
+    r = diff("--json", f"{edited}:1", f"{edited}:2")
+    assert r.returncode == 1
+    j = json.loads(r.stdout)
+    assert j["summary"] == {"matched": 11, "unchanged": 7, "fixed": 1, "regressed": 2, "changed": 1, "new": 1,
+                            "missing": 1} and j["regressed"] is True
+    kinds = {(t["name"], int(t["seed"])): (t["change"], t["a"] and t["a"]["verdict"], t["b"] and t["b"]["verdict"])
+             for t in j["tests"]}
+    key = lambda i: (t1[i][1], unsigned(t1[i][2]))  # noqa: E731
+    assert kinds == {key(fixed): ("fixed", "interface", "pass"), key(regressed): ("regressed", "pass", "sandbox"),
+                     key(timed_out): ("regressed", "pass", "timeout"), key(changed): ("changed", "interface", "sandbox"),
+                     key(missing): ("missing", "pass", None), ("fs.brand_new", 5): ("new", None, "pass")}, kinds
+    dom = {d["domain"]: d for d in j["domains"]}
+    # fs: A 5 of 6 pass (fixed was failing); B 6 of 7 (regressed fails, brand_new passes)
+    # exec: A 5 of 6 (changed was failing); B 2 of 5 (timed_out and changed fail, missing is gone)
+    assert (dom["fs"]["a"]["passed"], dom["fs"]["a"]["failed"], dom["fs"]["b"]["passed"], dom["fs"]["b"]["failed"]) \
+        == (5, 1, 6, 1)
+    assert abs(dom["fs"]["pass_rate_change"] - (6 / 7 - 5 / 6)) < 1e-9
+    assert abs(dom["exec"]["pass_rate_change"] - (3 / 5 - 5 / 6)) < 1e-9, dom["exec"]
+    create = {o["op"]: o for o in j["operations"]}["create"]
+    (a50, a90), (b50, b90) = percentiles(edited, 1, "create"), percentiles(edited, 2, "create")
+    assert abs(create["a"]["p50"] - a50) < 1e-6 and abs(create["b"]["p90"] - b90) < 1e-6
+    assert abs(create["p50_change_ms"] - (b50 - a50)) < 1e-6 and abs(create["p90_change_ms"] - (b90 - a90)) < 1e-6
+    # across files: run 2 as it was against run 2 edited: three passes fail
+    # now (changed's twin passed), and creates take about ten times as long
+    r = diff(f"{db}:2", f"{edited}:2")
+    assert r.returncode == 1
+    assert "regressed 3, fixed 0, changed 0, unchanged 8" in r.stdout, r.stdout
+    (a50, a90), (b50, b90) = percentiles(db, 2, "create"), percentiles(edited, 2, "create")
+    c50, c90 = f"{100 * (b50 - a50) / a50:+.0f}%", f"{100 * (b90 - a90) / a90:+.0f}%"
+    line = f"  {'create':<16} {a50:9.2f} {b50:9.2f} {c50:>8} {a90:9.2f} {b90:9.2f} {c90:>8}"
+    assert line in r.stdout.splitlines(), (line, r.stdout)
+    assert b50 > 5 * a50  # (not ten times: the missing test's steps are gone, the new one has none)
+    # backwards, what was fixed regressed and what regressed is fixed
+    r = diff("--json", f"{edited}:2", f"{edited}:1")
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["summary"] == {"matched": 11, "unchanged": 7, "fixed": 2, "regressed": 1,
+                                               "changed": 1, "new": 1, "missing": 1}
+
+
+
+
+def test_diff_bad_arguments(sbxd_daemon, tmp_path):
+    db = str(tmp_path / "one.db")
+    assert run_into(db, sbxd_daemon.url, BAD_KEY, "--count", "2", "--seed", "3", "--domain", "exec").returncode == 1
+    other = str(tmp_path / "other.db")
+    c = sqlite3.connect(other)
+    c.execute("CREATE TABLE runs(id INTEGER PRIMARY KEY, name TEXT)")
+    c.close()
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n" * 200)
+
+    def refused(*args, says, cwd=None):
+        r = diff(*args, cwd=cwd)
+        assert r.returncode == 2 and says in r.stderr and not r.stdout, (args, r.returncode, r.stdout, r.stderr)
+
+    refused(says="give two runs")
+    refused("--db", db, "1", says="give two runs")
+    refused("--db", db, "1", "2", "3", says="give two runs")
+    refused("--db", db, "1", "x", says="RUN_B 'x'")
+    refused("--db", db, "0", "1", says="RUN_A '0'")
+    refused(f"{db}:", "1", says="RUN_A")
+    refused("--db", db, "--frobnicate", "1", "1", says="usage")
+    refused("--db", db, "1", "9", says="RUN_B: run 9 is not in")
+    refused(f"{text}:1", f"{db}:1", says="not an sbx fuzz results file (not an SQLite database)")
+    refused(f"{db}:1", f"{other}:1", says="not an sbx fuzz results file (no such column: started_at)")
+    refused(f"{tmp_path}/missing.db:1", f"{db}:1", says="No such file or directory")
+    refused("1", "1", says="cannot open fuzz-results.db", cwd=str(tmp_path))  # the default --db
+    r = diff("--db", db, "1", "1")
+    assert r.returncode == 0 and "nothing regressed" in r.stdout, r.stdout + r.stderr
+    r = diff("--help")
+    assert r.returncode == 0 and "FILE:RUN" in r.stdout
+
+
+def test_help_lists_every_option_and_domain():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
+    r = fuzz("--help", env=env)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    # every option each verb takes (its own --help), and the domains the run knows
+    for verb in ("run", "report", "diff"):
+        h = fuzz(verb, "--help", env=env)
+        assert h.returncode == 0, (verb, h.stderr)
+        for opt in set(re.findall(r"--[a-z]+", h.stdout)):
+            assert opt in text, (verb, opt)
+    for opt in ("--interface", "--resume", "--template", "--json", "--output", "--run", "--db", "--jobs"):
+        assert opt in text, opt
+    r = fuzz("run", "--target", "x", "--key", "y", "--domain", "nope", env=env)
+    known = r.stderr.split("none of ")[1].split("\n")[0].split(", ")
+    assert known == DOMAINS, known
+    assert [d.strip() for d in re.split(r"[,\s]+", text.split("only these domains (default all):")[1].split("--")[0])
+            if d.strip()] == DOMAINS, text
+    assert "(fs, encoding, exec)" not in text and "sbx fuzz diff" in text
+    r = fuzz(env=env)
+    assert r.returncode == 2 and "sbx fuzz run" in r.stderr and not r.stdout
+    r = fuzz("frob", env=env)
+    assert r.returncode == 2 and "unknown verb 'frob'" in r.stderr
