@@ -2,13 +2,17 @@
 SQLite and rendered as a self-contained HTML report (latencies from the
 steps, failures grouped by mode, unsupported apart and out of the pass
 rate); the same seed gives the same tests, and `sbx fuzz diff` tells what
-changed between two runs; bad arguments are usage errors."""
+changed between two runs; the progress is a bar on a terminal with the
+failures above it, plain lines otherwise; bad arguments are usage errors."""
 
 import html.parser
 import json
 import math
 import os
+import pty
 import re
+import select
+import time
 import shutil
 import sqlite3
 import subprocess
@@ -211,7 +215,7 @@ def test_every_domain_passes_against_sbxd(api, sbxd_daemon, tmp_path):
 
 
 # --------------------------------------------------------------------------
-# the report's content, the diff, the usage text
+# the report's content, the diff, the progress, the usage text
 
 
 def run_into(db, url, key, *args):
@@ -502,6 +506,68 @@ def test_diff_bad_arguments(sbxd_daemon, tmp_path):
     assert r.returncode == 0 and "nothing regressed" in r.stdout, r.stdout + r.stderr
     r = diff("--help")
     assert r.returncode == 0 and "FILE:RUN" in r.stdout
+
+
+def run_on_a_terminal(args, within=60):
+    """sbx fuzz ARGS with stderr on a pseudo-terminal: (exit, what the
+    terminal showed, stdout)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([SBX, "fuzz", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    shown = b""
+    deadline = time.monotonic() + within
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other side is closed
+                break
+            if not chunk:
+                break
+            shown += chunk
+        out = p.communicate(timeout=within)[0]
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, shown.decode(), out.decode()
+
+
+def test_progress_bar_on_a_terminal_with_failures_above_it(sbxd_daemon, tmp_path):
+    db = str(tmp_path / "tty.db")
+    rc, shown, out = run_on_a_terminal(["run", "--target", sbxd_daemon.url, "--key", BAD_KEY, "--count", "3",
+                                        "--seed", "4", "--jobs", "1", "--domain", "fs", "--db", db])
+    assert rc == 1 and "run 1: 0 passed, 3 failed" in out, (rc, shown, out)
+    # each failure on a line of its own above the bar: the bar's line
+    # cleared, the failure, a new line, the bar again
+    tests, _ = rows_of(db, 1)
+    for _, name, seed in tests.values():
+        line = f"\r\x1b[Ksbx fuzz: {name} (seed {unsigned(seed)}): interface: create: "
+        at = shown.find(line)
+        assert at > 0, (line, shown)
+        rest = shown[at + len(line):]
+        assert re.match(r"[^\r\n]*\r?\n\r\[", rest), rest[:300]
+    # the bar is drawn at the start and redrawn in place after each test
+    bars = re.findall(r"\r\[(#*) *\] (\d+)/3 pass 0 fail (\d+) unsupported 0", shown)
+    assert [(done, fail) for _, done, fail in bars] == [("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")], shown
+    assert len(bars[-1][0]) == 24 and bars[0][0] == ""
+    assert "done," not in shown  # the plain lines are for logs
+
+
+def test_progress_plain_lines_when_not_a_terminal(sbxd_daemon, tmp_path):
+    db = str(tmp_path / "log.db")
+    r = run_into(db, sbxd_daemon.url, BAD_KEY, "--count", "3", "--seed", "4", "--jobs", "1", "--domain", "fs")
+    assert r.returncode == 1
+    assert "\r" not in r.stderr and "\x1b" not in r.stderr, repr(r.stderr)
+    lines = r.stderr.splitlines()
+    assert "sbx fuzz: 3/3 done, 0 passed, 3 failed" in lines, lines
+    tests, _ = rows_of(db, 1)
+    for _, name, seed in tests.values():
+        assert any(x.startswith(f"sbx fuzz: {name} (seed {unsigned(seed)}): interface: create: ") for x in lines), lines
 
 
 def test_help_lists_every_option_and_domain():
