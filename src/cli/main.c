@@ -43,7 +43,7 @@ static void usage(FILE *out)
                  "  fork [-n N] ID                   N new sandboxes with a copy of ID's files\n"
                  "  template build|ls|info|rm        build templates from a spec, list, show, remove them\n"
                  "  net ID [none | allow RULE...]    show or set a sandbox's network policy\n"
-                 "  fuzz run|report                  workflow tests against a sandbox service (docs/fuzz.md)\n"
+                 "  fuzz run|report|diff             workflow tests against a sandbox service (docs/fuzz.md)\n"
                  "  shell ID                         a terminal in the sandbox\n"
                  "  mcp                              serve the sandbox tools over MCP on stdio\n"
                  "\n"

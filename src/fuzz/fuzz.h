@@ -9,7 +9,9 @@
  *               REST or MCP (the same operation, the interface the run chose)
  *   mcp_client.c  a minimal MCP client (Streamable HTTP: initialize, tools/call)
  *   domain_*.c  one file per domain: its generators and its checks
+ *   query.c     reading a results file (checked to be one; every query checked)
  *   report.c    the self-contained HTML report
+ *   diff.c      what changed between two runs
  *
  * A test is a function of its seed: the same seed gives the same test
  * (names, sizes, byte patterns), so a failure can be replayed alone.
@@ -181,8 +183,71 @@ int fz_results_resume(fz_results *r, int64_t run, void (*on_done)(void *ctx, uin
 /* The database, for the report. */
 struct sqlite3 *fz_results_db(fz_results *r);
 
+/* ---- reading a results file (query.c), for the report and the diff.
+ * Each returns < 0 with err filled (what failed, on what). */
+struct sqlite3;
+struct sqlite3_stmt;
+/* Open path read-only; an error unless it is an sbx fuzz results file. */
+int fz_db_open(struct sqlite3 **db, const char *path, sbx_error *err);
+int fz_db_prepare(struct sqlite3 *db, const char *sql, struct sqlite3_stmt **s, sbx_error *err);
+/* 1: a row, 0: done, < 0: the query failed. */
+int fz_db_step(struct sqlite3 *db, struct sqlite3_stmt *s, sbx_error *err);
+/* Column i as text, "" for NULL. */
+const char *fz_db_text(struct sqlite3_stmt *s, int i);
+void fz_db_finalizep(struct sqlite3_stmt **s);
+void fz_db_closep(struct sqlite3 **db);
+#define _cleanup_stmt_ __attribute__((cleanup(fz_db_finalizep)))
+#define _cleanup_db_ __attribute__((cleanup(fz_db_closep)))
+
+typedef struct fz_run_info {
+    json_t *options; /* as the run was started (fz_results_run) */
+    int64_t started_at, ended_at; /* ms since the epoch; ended_at 0: not ended */
+} fz_run_info;
+/* *run 0: the newest run (its id is put in *run).  An unknown run is an
+ * error that names the runs the file holds (path is for the messages). */
+int fz_db_run(struct sqlite3 *db, const char *path, int64_t *run, fz_run_info *info, sbx_error *err);
+void fz_run_info_clear(fz_run_info *info);
+
+typedef struct fz_domain_stat {
+    char domain[64];
+    long tests, passed, failed, unsupported, unfinished; /* failed: interface, sandbox, harness, timeout */
+} fz_domain_stat;
+/* Per domain, by name (*out to free). */
+int fz_db_domains(struct sqlite3 *db, int64_t run, fz_domain_stat **out, size_t *n, sbx_error *err);
+/* passed / (ran - unsupported), ran counting the tests that ended: a
+ * capability the target lacks is not a pass, nor a failure.  NAN when
+ * nothing counts. */
+double fz_pass_rate(long passed, long failed);
+/* Whether verdict (NULL: unfinished) is a failure (interface, sandbox, harness, timeout). */
+bool fz_verdict_failed(const char *verdict);
+
+typedef struct fz_op_stat {
+    char op[64];
+    size_t n, failed;             /* steps, of which failed */
+    double p50, p90, p99, max;    /* ms, nearest rank */
+} fz_op_stat;
+/* Per operation, by name (*out to free). */
+int fz_db_ops(struct sqlite3 *db, int64_t run, fz_op_stat **out, size_t *n, sbx_error *err);
+
+typedef struct fz_test_row {
+    int64_t id;
+    char *domain, *name, *verdict, *why; /* verdict NULL: unfinished */
+    uint64_t seed;
+    double ms;
+} fz_test_row;
+/* The run's tests for which the SQL condition where (a constant; NULL:
+ * all) holds, by id. */
+int fz_db_tests(struct sqlite3 *db, int64_t run, const char *where, fz_test_row **out, size_t *n, sbx_error *err);
+void fz_db_tests_free(fz_test_row *t, size_t n);
+
+/* The failure mode of a reason: its numbers, ids and paths folded
+ * ("N", "<id>", "<path>"), so that failures that differ only by those
+ * group together. */
+void fz_reason_mode(const char *why, char *out, size_t size);
+
 /* ---- the verbs */
 int fz_run_main(int argc, char **argv);
 int fz_report_main(int argc, char **argv);
+int fz_diff_main(int argc, char **argv);
 
 #endif

@@ -1,59 +1,453 @@
 /* report.c - `sbx fuzz report DB [-o FILE] [--run N]`: one self-contained
- * HTML page (no external assets): pass rate per domain (inline SVG bars),
- * verdicts, latency percentiles per operation, failures with their
- * evidence. */
+ * HTML page (no script, no stylesheet or image from elsewhere, no link):
+ * the run's options, the pass rate per domain (inline SVG bars and a
+ * table), the verdicts, latency percentiles per operation (an inline SVG
+ * chart on a log scale and a table), the failures grouped by mode (verdict
+ * and normalised reason) with every member's evidence, and the unsupported
+ * tests apart: they are not passes, and not counted in the pass rate.
+ *
+ * The page is made in memory and written only when every query worked, so
+ * a failed report leaves no half page behind (nor truncates an old one). */
 #define _GNU_SOURCE
 #include "fuzz.h"
+#include "../lib/cleanup.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-static void esc(FILE *f, const char *s)
+/* Evidence can be a command's whole output: each piece is cut here. */
+#define EVIDENCE_MAX 4096
+
+static void esc_n(FILE *f, const char *s, size_t n)
 {
-    for (; s && *s; s++) {
-        switch (*s) {
+    for (size_t i = 0; s && i < n && s[i]; i++) {
+        switch (s[i]) {
         case '<': fputs("&lt;", f); break;
         case '>': fputs("&gt;", f); break;
         case '&': fputs("&amp;", f); break;
         case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
+        case '\'': fputs("&#39;", f); break;
+        default: fputc(s[i], f);
         }
     }
 }
 
-static const char *col(sqlite3_stmt *s, int i)
+static void esc(FILE *f, const char *s)
 {
-    const char *t = (const char *) sqlite3_column_text(s, i);
-    return t ? t : "";
+    esc_n(f, s, (size_t) -1);
 }
 
-static int by_double(const void *a, const void *b)
+/* A rate as "97.5%", "-" when nothing counts. */
+static const char *rate_text(double rate, char buf[16])
 {
-    double x = *(const double *) a, y = *(const double *) b;
-    return x < y ? -1 : x > y;
+    if (isnan(rate))
+        return "-";
+    snprintf(buf, 16, "%.1f%%", 100 * rate);
+    return buf;
 }
 
-static const char report_usage[] = "usage: sbx fuzz report DB [-o report.html] [--run N]\n";
+static void utc(int64_t ms, char buf[32])
+{
+    time_t t = (time_t) (ms / 1000);
+    struct tm tm;
+    if (!ms || !gmtime_r(&t, &tm) || !strftime(buf, 32, "%Y-%m-%d %H:%M:%S UTC", &tm))
+        snprintf(buf, 32, "-");
+}
+
+static void option_row(FILE *f, const char *name, json_t *options, const char *key, const char *missing)
+{
+    json_t *v = json_object_get(options, key);
+    fprintf(f, "<tr><th>%s</th><td>", name);
+    if (json_is_string(v))
+        esc(f, json_string_value(v));
+    else if (json_is_integer(v))
+        fprintf(f, "%llu", (unsigned long long) json_integer_value(v)); /* a seed is unsigned */
+    else
+        esc(f, missing);
+    fprintf(f, "</td></tr>\n");
+}
+
+static void write_head(FILE *f, int64_t run, const fz_run_info *info)
+{
+    fprintf(f,
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>sbx fuzz run %lld</title><style>"
+            "body{font:14px system-ui,sans-serif;margin:2em;color:#222;max-width:75em}"
+            "table{border-collapse:collapse;margin:1em 0}"
+            "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}"
+            "td.n{text-align:right}.pass{color:#1a7f37}.fail{color:#cf222e}.unsupported{color:#57606a}"
+            "code,pre{font:12px monospace;white-space:pre-wrap}pre{background:#f6f8fa;padding:6px;margin:4px 0}"
+            "details{margin:6px 0;border:1px solid #ddd;padding:4px 8px}summary{cursor:pointer}"
+            "div.test{margin:6px 0 10px 1em}svg text{font:12px system-ui,sans-serif}"
+            "</style></head><body><h1>sbx fuzz: run %lld</h1>\n<table id=\"options\">\n",
+            (long long) run, (long long) run);
+    option_row(f, "target", info->options, "target", "-");
+    option_row(f, "interface", info->options, "interface", "rest");
+    option_row(f, "seed", info->options, "seed", "-");
+    option_row(f, "count", info->options, "count", "-");
+    option_row(f, "jobs", info->options, "jobs", "-");
+    option_row(f, "domains", info->options, "domains", "all");
+    option_row(f, "template", info->options, "template", "the service's default");
+    char a[32], b[32];
+    utc(info->started_at, a);
+    utc(info->ended_at, b);
+    fprintf(f, "<tr><th>started</th><td>%s</td></tr>\n<tr><th>ended</th><td>", a);
+    if (info->ended_at)
+        fprintf(f, "%s (%.1f s)", b, (double) (info->ended_at - info->started_at) / 1000);
+    else
+        fprintf(f, "not ended (interrupted, or still running)");
+    fprintf(f, "</td></tr>\n</table>\n");
+}
+
+static void write_domains(FILE *f, const fz_domain_stat *d, size_t n)
+{
+    fz_domain_stat all = { .domain = "all" };
+    for (size_t i = 0; i < n; i++) {
+        all.tests += d[i].tests;
+        all.passed += d[i].passed;
+        all.failed += d[i].failed;
+        all.unsupported += d[i].unsupported;
+        all.unfinished += d[i].unfinished;
+    }
+    char buf[16];
+    double rate = fz_pass_rate(all.passed, all.failed);
+    fprintf(f,
+            "<h2>Pass rate</h2>\n<p id=\"summary\">%ld tests: %ld passed, %ld failed, %ld unsupported, %ld "
+            "unfinished. Pass rate <b id=\"pass-rate\" class=\"%s\">%s</b> (passed / (ran &minus; unsupported): "
+            "what the target does not offer is neither a pass nor a failure).</p>\n",
+            all.tests, all.passed, all.failed, all.unsupported, all.unfinished,
+            all.failed ? "fail" : "pass", rate_text(rate, buf));
+    /* the chart: a stacked bar per domain, its parts in proportion to its tests */
+    const int x0 = 120, w = 380, row = 22, top = 20;
+    fprintf(f,
+            "<h2>Per domain</h2>\n<svg id=\"domain-chart\" width=\"600\" height=\"%zu\" role=\"img\" "
+            "aria-label=\"pass rate per domain\">\n",
+            n * row + top + 4);
+    static const struct {
+        const char *what, *fill;
+    } legend[] = { { "passed", "#2da44e" }, { "failed", "#cf222e" }, { "unsupported", "#afb8c1" },
+                   { "unfinished", "#eaeef2" } };
+    for (size_t k = 0; k < sizeof legend / sizeof *legend; k++)
+        fprintf(f, "<rect x=\"%zu\" y=\"2\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%zu\" y=\"11\">%s</text>\n",
+                x0 + 100 * k, legend[k].fill, x0 + 100 * k + 14, legend[k].what);
+    for (size_t i = 0; i < n; i++) {
+        int y = top + (int) i * row;
+        fprintf(f, "<text x=\"0\" y=\"%d\">", y + 15);
+        esc(f, d[i].domain);
+        fprintf(f, "</text>");
+        const struct {
+            long v;
+            const char *what, *fill;
+        } parts[] = { { d[i].passed, "passed", "#2da44e" },
+                      { d[i].failed, "failed", "#cf222e" },
+                      { d[i].unsupported, "unsupported", "#afb8c1" },
+                      { d[i].unfinished, "unfinished", "#eaeef2" } };
+        double x = x0;
+        for (size_t k = 0; k < sizeof parts / sizeof *parts; k++) {
+            if (!parts[k].v || !d[i].tests)
+                continue;
+            double pw = (double) w * (double) parts[k].v / (double) d[i].tests;
+            fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"16\" fill=\"%s\"><title>%ld %s</title></rect>",
+                    x, y + 3, pw, parts[k].fill, parts[k].v, parts[k].what);
+            x += pw;
+        }
+        fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", x0 + w + 8, y + 15,
+                rate_text(fz_pass_rate(d[i].passed, d[i].failed), buf));
+    }
+    fprintf(f, "</svg>\n<table id=\"domains\"><tr><th>domain</th><th>tests</th><th>passed</th><th>failed</th>"
+               "<th>unsupported</th><th>unfinished</th><th>pass rate</th></tr>\n");
+    for (size_t i = 0; i <= n; i++) {
+        const fz_domain_stat *x = i < n ? &d[i] : &all;
+        fprintf(f, "<tr><td>%s", i < n ? "" : "<b>");
+        esc(f, x->domain);
+        fprintf(f,
+                "%s</td><td class=\"n\">%ld</td><td class=\"n\">%ld</td><td class=\"n\">%ld</td><td class=\"n\">%ld"
+                "</td><td class=\"n\">%ld</td><td class=\"n %s\">%s</td></tr>\n",
+                i < n ? "" : "</b>", x->tests, x->passed, x->failed, x->unsupported, x->unfinished,
+                x->failed ? "fail" : "pass", rate_text(fz_pass_rate(x->passed, x->failed), buf));
+    }
+    fprintf(f, "</table>\n");
+}
+
+static int write_verdicts(FILE *f, sqlite3 *db, int64_t run, sbx_error *err)
+{
+    sqlite3_stmt *s;
+    if (fz_db_prepare(db,
+                      "SELECT coalesce(verdict, 'unfinished'), count(*) FROM tests WHERE run = ? GROUP BY 1 "
+                      "ORDER BY 2 DESC, 1",
+                      &s, err) < 0)
+        return -1;
+    sqlite3_bind_int64(s, 1, run);
+    fprintf(f, "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>verdict</th><th>tests</th></tr>\n");
+    int r;
+    while ((r = fz_db_step(db, s, err)) == 1) {
+        fprintf(f, "<tr><td>");
+        esc(f, fz_db_text(s, 0));
+        fprintf(f, "</td><td class=\"n\">%lld</td></tr>\n", (long long) sqlite3_column_int64(s, 1));
+    }
+    sqlite3_finalize(s);
+    fprintf(f, "</table>\n");
+    return r;
+}
+
+/* x of ms on the latency chart's log axis [lo, hi] */
+static double log_x(double ms, double lo, double hi, double x0, double w)
+{
+    double v = ms < lo ? lo : ms;
+    return x0 + w * (log10(v) - log10(lo)) / (log10(hi) - log10(lo));
+}
+
+static void write_latency(FILE *f, const fz_op_stat *o, size_t n)
+{
+    fprintf(f, "<h2>Latency per operation (ms)</h2>\n");
+    if (!n) {
+        fprintf(f, "<p>No step was recorded.</p>\n");
+        return;
+    }
+    /* a log scale: a create takes a hundred times an upload of a small file */
+    double lo = INFINITY, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o[i].p50 > 0 && o[i].p50 < lo)
+            lo = o[i].p50;
+        if (o[i].p99 > hi)
+            hi = o[i].p99;
+    }
+    lo = isinf(lo) ? 0.01 : pow(10, floor(log10(lo)));
+    hi = hi <= lo ? lo * 10 : pow(10, ceil(log10(hi)));
+    const int x0 = 120, w = 380, row = 20, top = 18;
+    int height = top + (int) n * row + 8;
+    fprintf(f,
+            "<svg id=\"latency-chart\" width=\"720\" height=\"%d\" role=\"img\" aria-label=\"latency per operation, "
+            "log scale\">\n<text x=\"%d\" y=\"12\">p50 (dark), p90 (light), p99 (tick); ms, log scale</text>\n",
+            height, x0);
+    for (double t = lo; t <= hi * 1.0001; t *= 10) {
+        double x = log_x(t, lo, hi, x0, w);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#888\">%g</text>\n",
+                x, top, x, height - 8, x + 2, height, t);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int y = top + (int) i * row;
+        fprintf(f, "<g><title>");
+        esc(f, o[i].op);
+        fprintf(f, ": %zu steps, p50 %.2f, p90 %.2f, p99 %.2f, max %.2f ms</title>", o[i].n, o[i].p50, o[i].p90,
+                o[i].p99, o[i].max);
+        fprintf(f, "<text x=\"0\" y=\"%d\">", y + 13);
+        esc(f, o[i].op);
+        double x50 = log_x(o[i].p50, lo, hi, x0, w), x90 = log_x(o[i].p90, lo, hi, x0, w),
+               x99 = log_x(o[i].p99, lo, hi, x0, w);
+        fprintf(f,
+                "</text><rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"14\" fill=\"#a5c8f0\"/>"
+                "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"14\" fill=\"#2f6fb5\"/>"
+                "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#222\" stroke-width=\"2\"/>"
+                "<text x=\"%d\" y=\"%d\">%.1f / %.1f</text></g>\n",
+                x0, y + 2, x90 - x0, x0, y + 2, x50 - x0, x99, y + 1, x99, y + 17, x0 + w + 40, y + 13, o[i].p50,
+                o[i].p90);
+    }
+    fprintf(f, "</svg>\n<table id=\"latency\"><tr><th>operation</th><th>steps</th><th>failed</th><th>p50</th>"
+               "<th>p90</th><th>p99</th><th>max</th></tr>\n");
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "<tr><td>");
+        esc(f, o[i].op);
+        fprintf(f,
+                "</td><td class=\"n\">%zu</td><td class=\"n\">%zu</td><td class=\"n\">%.2f</td><td class=\"n\">%.2f"
+                "</td><td class=\"n\">%.2f</td><td class=\"n\">%.2f</td></tr>\n",
+                o[i].n, o[i].failed, o[i].p50, o[i].p90, o[i].p99, o[i].max);
+    }
+    fprintf(f, "</table>\n");
+}
+
+/* A test and its mode (verdict and normalised reason), for grouping. */
+typedef struct member {
+    const fz_test_row *t;
+    char mode[256];
+} member;
+
+static int by_mode(const void *a, const void *b)
+{
+    const member *x = a, *y = b;
+    int c = strcmp(x->t->verdict, y->t->verdict);
+    if (!c)
+        c = strcmp(x->mode, y->mode);
+    return c ? c : (x->t->id > y->t->id) - (x->t->id < y->t->id);
+}
+
+typedef struct group {
+    size_t first, n;
+} group;
+
+/* The largest group first; groups of a size in the order of their mode. */
+static int by_size(const void *a, const void *b, void *members)
+{
+    const group *x = a, *y = b;
+    const member *m = members;
+    if (x->n != y->n)
+        return x->n < y->n ? 1 : -1;
+    return by_mode(&m[x->first], &m[y->first]);
+}
+
+static int write_evidence(FILE *f, sqlite3 *db, sqlite3_stmt *e, int64_t test, sbx_error *err)
+{
+    sqlite3_reset(e);
+    sqlite3_bind_int64(e, 1, test);
+    int r, any = 0;
+    while ((r = fz_db_step(db, e, err)) == 1) {
+        if (!any++)
+            fprintf(f, "<pre>");
+        const char *text = fz_db_text(e, 1);
+        size_t len = strlen(text), cut = len;
+        if (len > EVIDENCE_MAX) {
+            cut = EVIDENCE_MAX;
+            while (cut && ((unsigned char) text[cut] & 0xC0) == 0x80) /* not inside a UTF-8 character */
+                cut--;
+        }
+        esc(f, fz_db_text(e, 0));
+        fprintf(f, ": ");
+        esc_n(f, text, cut);
+        if (cut < len)
+            fprintf(f, " [... %zu bytes more]", len - cut);
+        fputc('\n', f);
+    }
+    if (any)
+        fprintf(f, "</pre>");
+    return r;
+}
+
+/* The tests t[0..n-1] grouped by mode, the largest group first, each a
+ * <details> with its members' reasons and evidence. */
+static int write_groups(FILE *f, sqlite3 *db, const fz_test_row *t, size_t n, const char *cls, sbx_error *err)
+{
+    _cleanup_free_ member *m = calloc(n ? n : 1, sizeof *m);
+    _cleanup_free_ group *g = calloc(n ? n : 1, sizeof *g);
+    if (!m || !g)
+        return sbx_error_set(err, ENOMEM, "the report");
+    for (size_t i = 0; i < n; i++) {
+        m[i].t = &t[i];
+        fz_reason_mode(t[i].why, m[i].mode, sizeof m[i].mode);
+    }
+    qsort(m, n, sizeof *m, by_mode);
+    size_t ng = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i && strcmp(m[i - 1].t->verdict, m[i].t->verdict) == 0 && strcmp(m[i - 1].mode, m[i].mode) == 0)
+            g[ng - 1].n++;
+        else
+            g[ng++] = (group){ i, 1 };
+    }
+    qsort_r(g, ng, sizeof *g, by_size, m);
+    _cleanup_stmt_ sqlite3_stmt *e = NULL;
+    if (fz_db_prepare(db, "SELECT what, text FROM evidence WHERE test = ? ORDER BY rowid", &e, err) < 0)
+        return -1;
+    for (size_t k = 0; k < ng; k++) {
+        const member *first = &m[g[k].first];
+        fprintf(f, "<details class=\"mode %s\" data-verdict=\"", cls);
+        esc(f, first->t->verdict);
+        fprintf(f, "\" data-count=\"%zu\"%s><summary><b class=\"%s\">", g[k].n, ng == 1 ? " open" : "",
+                strcmp(cls, "failure") == 0 ? "fail" : "unsupported");
+        esc(f, first->t->verdict);
+        fprintf(f, "</b> &times; <span class=\"count\">%zu</span>: <code class=\"reason\">", g[k].n);
+        esc(f, first->mode);
+        fprintf(f, "</code></summary>\n");
+        for (size_t i = g[k].first; i < g[k].first + g[k].n; i++) {
+            const fz_test_row *x = m[i].t;
+            fprintf(f, "<div class=\"test\" data-name=\"");
+            esc(f, x->name);
+            fprintf(f, "\" data-seed=\"%llu\"><b>", (unsigned long long) x->seed);
+            esc(f, x->name);
+            fprintf(f, "</b> seed %llu (", (unsigned long long) x->seed);
+            esc(f, x->domain);
+            fprintf(f, ", %.0f ms): <span class=\"why\">", x->ms);
+            esc(f, x->why);
+            fprintf(f, "</span>");
+            if (write_evidence(f, db, e, x->id, err) < 0)
+                return -1;
+            fprintf(f, "</div>\n");
+        }
+        fprintf(f, "</details>\n");
+    }
+    return 0;
+}
+
+/* What the page shows, read before a byte of it is written. */
+typedef struct report_data {
+    fz_domain_stat *domains;
+    fz_op_stat *ops;
+    fz_test_row *failed, *unsupported;
+    size_t nd, no, nf, nu;
+} report_data;
+
+static void report_data_free(report_data *d)
+{
+    free(d->domains);
+    free(d->ops);
+    fz_db_tests_free(d->failed, d->nf);
+    fz_db_tests_free(d->unsupported, d->nu);
+}
+
+/* The page into f; < 0 when a query failed. */
+static int write_report(FILE *f, sqlite3 *db, int64_t run, const fz_run_info *info, sbx_error *err)
+{
+    __attribute__((cleanup(report_data_free))) report_data d = { 0 };
+    if (fz_db_domains(db, run, &d.domains, &d.nd, err) < 0 || fz_db_ops(db, run, &d.ops, &d.no, err) < 0 ||
+        fz_db_tests(db, run, "verdict IS NOT NULL AND verdict NOT IN ('pass', 'unsupported')", &d.failed, &d.nf,
+                    err) < 0 ||
+        fz_db_tests(db, run, "verdict = 'unsupported'", &d.unsupported, &d.nu, err) < 0)
+        return -1;
+    write_head(f, run, info);
+    write_domains(f, d.domains, d.nd);
+    if (write_verdicts(f, db, run, err) < 0)
+        return -1;
+    write_latency(f, d.ops, d.no);
+    fprintf(f, "<h2>Failures by mode</h2>\n<p id=\"failures\">%zu failed tests", d.nf);
+    if (d.nf) {
+        fprintf(f, ", grouped by verdict and reason (numbers, ids and paths folded: N, &lt;id&gt;, &lt;path&gt;)."
+                   "</p>\n");
+        if (write_groups(f, db, d.failed, d.nf, "failure", err) < 0)
+            return -1;
+    } else {
+        fprintf(f, ".</p>\n<p class=\"pass\">None.</p>\n");
+    }
+    fprintf(f,
+            "<h2>Unsupported</h2>\n<p id=\"unsupported\">%zu tests need what the target does not offer: not "
+            "passes, and not counted in the pass rate.</p>\n",
+            d.nu);
+    if (d.nu && write_groups(f, db, d.unsupported, d.nu, "unsupported", err) < 0)
+        return -1;
+    fprintf(f, "</body></html>\n");
+    return 0;
+}
+
+static const char report_usage[] = "usage: sbx fuzz report DB [-o|--output FILE] [--run N]   (default report.html, the newest run)\n";
 
 int fz_report_main(int argc, char **argv)
 {
     static const struct option opts[] = { { "output", required_argument, NULL, 'o' },
                                           { "run", required_argument, NULL, 'r' },
+                                          { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
     const char *out = "report.html";
-    long run = 0;
+    int64_t run = 0;
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
-        if (o == 'o')
+        char *end;
+        if (o == 'o') {
             out = optarg;
-        else if (o == 'r')
-            run = strtol(optarg, NULL, 10);
-        else {
+        } else if (o == 'r') {
+            errno = 0;
+            run = strtoll(optarg, &end, 10);
+            if (errno || end == optarg || *end || run < 1) {
+                fprintf(stderr, "sbx fuzz report: --run %s: a run id (1, 2, ...)\n%s", optarg, report_usage);
+                return 2;
+            }
+        } else if (o == 'h') {
+            fputs(report_usage, stdout);
+            return 0;
+        } else {
             fputs(report_usage, stderr);
             return 2;
         }
@@ -62,140 +456,34 @@ int fz_report_main(int argc, char **argv)
         fputs(report_usage, stderr);
         return 2;
     }
-    sqlite3 *db;
-    if (sqlite3_open_v2(argv[optind], &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        fprintf(stderr, "sbx fuzz: cannot open %s: %s\n", argv[optind], sqlite3_errmsg(db));
-        sqlite3_close(db);
+    const char *path = argv[optind];
+    sbx_error err = { 0 };
+    _cleanup_db_ sqlite3 *db = NULL;
+    __attribute__((cleanup(fz_run_info_clear))) fz_run_info info = { 0 };
+    if (fz_db_open(&db, path, &err) < 0 || fz_db_run(db, path, &run, &info, &err) < 0) {
+        fprintf(stderr, "sbx fuzz report: %s\n", err.msg);
         return 125;
     }
-    sqlite3_stmt *s;
-    if (!run && sqlite3_prepare_v2(db, "SELECT max(id) FROM runs", -1, &s, NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            run = sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
-    }
-    if (!run) {
-        fprintf(stderr, "sbx fuzz: %s holds no run\n", argv[optind]);
-        sqlite3_close(db);
-        return 125;
-    }
-    FILE *f = fopen(out, "we");
+    /* the page in memory first: a failed query leaves no half page behind */
+    _cleanup_free_ char *page = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&page, &len);
     if (!f) {
-        perror(out);
-        sqlite3_close(db);
+        perror("sbx fuzz report");
         return 125;
     }
-    char options[1024] = "";
-    sqlite3_prepare_v2(db, "SELECT options FROM runs WHERE id = ?", -1, &s, NULL);
-    sqlite3_bind_int64(s, 1, run);
-    if (sqlite3_step(s) == SQLITE_ROW)
-        snprintf(options, sizeof options, "%s", col(s, 0));
-    sqlite3_finalize(s);
-    fprintf(f, "<!doctype html><html><head><meta charset=\"utf-8\"><title>sbx fuzz run %ld</title><style>"
-               "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}"
-               "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}"
-               ".pass{color:#1a7f37}.fail{color:#cf222e}code,pre{font:12px monospace;white-space:pre-wrap}"
-               "</style></head><body><h1>sbx fuzz: run %ld</h1><p><code>",
-            run, run);
-    esc(f, options);
-    fprintf(f, "</code></p>\n<h2>Pass rate per domain</h2>\n");
-    /* per domain: bars */
-    sqlite3_prepare_v2(db,
-                       "SELECT domain, count(*), sum(verdict = 'pass'), sum(verdict = 'unsupported'), "
-                       "sum(verdict IS NULL) FROM tests WHERE run = ? GROUP BY domain ORDER BY domain",
-                       -1, &s, NULL);
-    sqlite3_bind_int64(s, 1, run);
-    fprintf(f, "<table><tr><th>domain</th><th>tests</th><th>passed</th><th>unsupported</th>"
-               "<th>unfinished</th><th>rate</th><th></th></tr>\n");
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        long n = sqlite3_column_int64(s, 1), pass = sqlite3_column_int64(s, 2);
-        double rate = n ? 100.0 * (double) pass / (double) n : 0;
-        fprintf(f, "<tr><td>");
-        esc(f, col(s, 0));
-        fprintf(f,
-                "</td><td>%ld</td><td>%ld</td><td>%lld</td><td>%lld</td><td class=\"%s\">%.1f%%</td><td>"
-                "<svg width=\"200\" height=\"14\" xmlns=\"http://www.w3.org/2000/svg\"><rect width=\"200\" "
-                "height=\"14\" fill=\"#f0c0c0\"/><rect width=\"%.0f\" height=\"14\" fill=\"#5cb85c\"/></svg></td></tr>\n",
-                n, pass, (long long) sqlite3_column_int64(s, 3), (long long) sqlite3_column_int64(s, 4),
-                pass == n ? "pass" : "fail", rate, 2 * rate);
+    int r = write_report(f, db, run, &info, &err);
+    if (fclose(f) != 0 && r == 0)
+        r = sbx_error_set(&err, errno, "the report");
+    if (r < 0) {
+        fprintf(stderr, "sbx fuzz report: %s, run %lld: %s\n", path, (long long) run, err.msg);
+        return 125;
     }
-    sqlite3_finalize(s);
-    fprintf(f, "</table>\n<h2>Verdicts</h2><table><tr><th>verdict</th><th>tests</th></tr>\n");
-    sqlite3_prepare_v2(db, "SELECT coalesce(verdict, 'unfinished'), count(*) FROM tests WHERE run = ? GROUP BY 1", -1,
-                       &s, NULL);
-    sqlite3_bind_int64(s, 1, run);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        fprintf(f, "<tr><td>");
-        esc(f, col(s, 0));
-        fprintf(f, "</td><td>%lld</td></tr>\n", (long long) sqlite3_column_int64(s, 1));
+    _cleanup_fclose_ FILE *w = fopen(out, "we");
+    if (!w || fwrite(page, 1, len, w) != len || fflush(w) != 0) {
+        fprintf(stderr, "sbx fuzz report: writing %s: %s\n", out, strerror(errno));
+        return 125;
     }
-    sqlite3_finalize(s);
-    /* latency percentiles per operation */
-    fprintf(f, "</table>\n<h2>Latency per operation (ms)</h2><table><tr><th>operation</th><th>count</th>"
-               "<th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>\n");
-    sqlite3_stmt *ops;
-    sqlite3_prepare_v2(db, "SELECT DISTINCT op FROM steps JOIN tests ON tests.id = steps.test WHERE run = ? ORDER BY op",
-                       -1, &ops, NULL);
-    sqlite3_bind_int64(ops, 1, run);
-    while (sqlite3_step(ops) == SQLITE_ROW) {
-        char op[64];
-        snprintf(op, sizeof op, "%s", col(ops, 0));
-        sqlite3_prepare_v2(db, "SELECT ms FROM steps JOIN tests ON tests.id = steps.test WHERE run = ? AND op = ?", -1,
-                           &s, NULL);
-        sqlite3_bind_int64(s, 1, run);
-        sqlite3_bind_text(s, 2, op, -1, SQLITE_TRANSIENT);
-        size_t n = 0, cap = 256;
-        double *v = malloc(cap * sizeof *v);
-        while (sqlite3_step(s) == SQLITE_ROW) {
-            if (n == cap)
-                v = realloc(v, (cap *= 2) * sizeof *v);
-            v[n++] = sqlite3_column_double(s, 0);
-        }
-        sqlite3_finalize(s);
-        qsort(v, n, sizeof *v, by_double);
-#define PCT(q) (n ? v[(size_t) fmin((double) n - 1, floor((q) * (double) n))] : 0)
-        fprintf(f, "<tr><td>");
-        esc(f, op);
-        fprintf(f, "</td><td>%zu</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%.2f</td></tr>\n", n, PCT(0.5),
-                PCT(0.9), PCT(0.99), n ? v[n - 1] : 0);
-        free(v);
-    }
-    sqlite3_finalize(ops);
-    /* failures, grouped by verdict, with evidence */
-    fprintf(f, "</table>\n<h2>Failures</h2>\n");
-    sqlite3_prepare_v2(db,
-                       "SELECT id, verdict, name, seed, why FROM tests WHERE run = ? AND verdict NOT IN ('pass', "
-                       "'unsupported') ORDER BY verdict, name",
-                       -1, &s, NULL);
-    sqlite3_bind_int64(s, 1, run);
-    int failures = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        failures++;
-        fprintf(f, "<h3 class=\"fail\">");
-        esc(f, col(s, 1));
-        fprintf(f, ": ");
-        esc(f, col(s, 2));
-        fprintf(f, " <small>(seed %llu)</small></h3><p>", (unsigned long long) sqlite3_column_int64(s, 3));
-        esc(f, col(s, 4));
-        fprintf(f, "</p><pre>");
-        sqlite3_stmt *e;
-        sqlite3_prepare_v2(db, "SELECT what, text FROM evidence WHERE test = ?", -1, &e, NULL);
-        sqlite3_bind_int64(e, 1, sqlite3_column_int64(s, 0));
-        while (sqlite3_step(e) == SQLITE_ROW) {
-            esc(f, col(e, 0));
-            fprintf(f, ": ");
-            esc(f, col(e, 1));
-            fputc('\n', f);
-        }
-        sqlite3_finalize(e);
-        fprintf(f, "</pre>\n");
-    }
-    sqlite3_finalize(s);
-    if (!failures)
-        fprintf(f, "<p class=\"pass\">None.</p>\n");
-    fprintf(f, "</body></html>\n");
-    fclose(f);
-    sqlite3_close(db);
     printf("%s\n", out);
     return 0;
 }

@@ -64,18 +64,29 @@ static double now_ms(void)
     return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
 }
 
+/* The bar on a terminal (redrawn in place with \r), a line per tenth of
+ * the run otherwise.  Called with p->lock held. */
 static void progress(pool *p)
 {
     size_t fail = p->counts[FZ_INTERFACE] + p->counts[FZ_SANDBOX] + p->counts[FZ_HARNESS] + p->counts[FZ_TIMEOUT];
     if (p->tty) {
-        int width = 30, filled = (int) (p->done * (size_t) width / (p->total ? p->total : 1));
-        fprintf(stderr, "\r[%.*s%*s] %zu/%zu  pass %zu  fail %zu  unsupported %zu ", filled,
-                "##############################", width - filled, "", p->done, p->total, p->counts[FZ_PASS], fail,
+        int width = 24, filled = (int) (p->done * (size_t) width / (p->total ? p->total : 1));
+        fprintf(stderr, "\r[%.*s%*s] %zu/%zu pass %zu fail %zu unsupported %zu", filled,
+                "########################", width - filled, "", p->done, p->total, p->counts[FZ_PASS], fail,
                 p->counts[FZ_UNSUPPORTED]);
     } else if (p->done == p->total || p->done % (p->total / 10 ? p->total / 10 : 1) == 0) {
         fprintf(stderr, "sbx fuzz: %zu/%zu done, %zu passed, %zu failed\n", p->done, p->total, p->counts[FZ_PASS],
                 fail);
     }
+}
+
+/* A line per failure, as it happens; on a terminal above the bar: the
+ * bar's line is cleared, the failure printed on it, and progress() draws
+ * the bar again below.  Called with p->lock held. */
+static void failure_line(pool *p, const job *j, const fz_ctx *c)
+{
+    fprintf(stderr, "%ssbx fuzz: %s (seed %llu): %s: %s\n", p->tty ? "\r\033[K" : "", j->def->name,
+            (unsigned long long) j->seed, fz_verdict_name(c->verdict), c->why);
 }
 
 /* t NULL: the worker could not connect (why says why): the test fails
@@ -97,10 +108,9 @@ static void run_one(pool *p, fz_target *t, const char *why, const job *j)
     pthread_mutex_lock(&p->lock);
     p->counts[c.verdict]++;
     p->done++;
+    if (c.verdict != FZ_PASS && c.verdict != FZ_UNSUPPORTED)
+        failure_line(p, j, &c);
     progress(p);
-    if (c.verdict != FZ_PASS && c.verdict != FZ_UNSUPPORTED && !p->tty)
-        fprintf(stderr, "sbx fuzz: %s (seed %llu): %s: %s\n", j->def->name, (unsigned long long) j->seed,
-                fz_verdict_name(c.verdict), c.why);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -297,6 +307,8 @@ int fz_run_main(int argc, char **argv)
     else
         fprintf(stderr, "sbx fuzz: run %lld: %ld tests, seed %llu, %ld jobs, %s, results in %s\n", (long long) p.run,
                 count, (unsigned long long) seed, jobs, iface, db);
+    if (p.tty)
+        progress(&p); /* the bar from the start (a resumed run's from where it was) */
     double t0 = now_ms();
     struct sigaction sa = { .sa_handler = on_stop };
     sigaction(SIGINT, &sa, NULL);
