@@ -75,6 +75,28 @@ int64_t sbx_layer_bytes(const char *dir)
     return n;
 }
 
+static pthread_rwlock_t layers_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+
+void sbx_layers_use_lock(void)
+{
+    pthread_rwlock_rdlock(&layers_lock);
+}
+
+void sbx_layers_use_unlock(void)
+{
+    pthread_rwlock_unlock(&layers_lock);
+}
+
+void sbx_layers_sweep_lock(void)
+{
+    pthread_rwlock_wrlock(&layers_lock);
+}
+
+void sbx_layers_sweep_unlock(void)
+{
+    pthread_rwlock_unlock(&layers_lock);
+}
+
 void sbx_layer_remove(const char *dir)
 {
     sbx_error ignored = { 0 };

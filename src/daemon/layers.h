@@ -27,4 +27,16 @@ void sbx_layer_remove(const char *dir);
 /* Bytes of the regular files under dir. */
 int64_t sbx_layer_bytes(const char *dir);
 
+/* Who may remove layers, and when.  The sweep of unused layers
+ * (templates.c) takes this exclusively, while it decides what is unused and
+ * moves it out of the way; whatever is about to use layers that nothing
+ * records yet takes it shared: a create from the moment it reads a stack
+ * until its sandbox is in the registry, a build while it records the layers
+ * it stands on.  Writer-preferring: a stream of creates cannot starve a
+ * sweep.  Never taken twice by one thread. */
+void sbx_layers_use_lock(void);
+void sbx_layers_use_unlock(void);
+void sbx_layers_sweep_lock(void);
+void sbx_layers_sweep_unlock(void);
+
 #endif
