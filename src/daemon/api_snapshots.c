@@ -79,8 +79,17 @@ static int take_snapshot(sbx_daemon *d, sbx_box *b, const char *key_id, sbx_snap
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, out->id);
     snprintf(final, sizeof final, "%s/%s", dir, out->id);
     int ret = sbx_layer_capture(&d->reg, b, tmp, err);
+    /* On disk before it is on record: "snapshots persist across restarts
+     * of the machine" means the copy (every file cp wrote, then its name)
+     * reaches the disk before the row that promises it does. */
+    if (ret == 0)
+        ret = sbx_layer_sync(tmp, err);
     if (ret == 0 && rename(tmp, final) < 0)
         ret = sbx_error_set(err, errno, "rename %s", tmp);
+    if (ret == 0 && sbx_dir_sync(dir, err) < 0) {
+        ret = -1;
+        sbx_layer_remove(final);
+    }
     if (ret < 0) {
         sbx_layer_remove(tmp);
         sbx_snap_row_free(out);

@@ -587,15 +587,22 @@ static void add_layer(sbx_build *bd, const char *key, const char *what)
 /* Move a finished layer into the cache; someone else's identical one wins. */
 static int commit_layer(sbx_build *bd, const char *tmp, const char *key, sbx_error *err)
 {
-    char final[4200];
+    char final[4200], dir[4096];
     layer_path(bd, key, final, sizeof final);
+    sbx_tpl_layers_dir(bd->d->reg.home, dir, sizeof dir);
+    /* on disk before a template names it: a template installed after a
+     * crash of the machine must not stand on a half-written layer */
+    if (sbx_layer_sync(tmp, err) < 0) {
+        sbx_layer_remove(tmp);
+        return -1;
+    }
     if (rename(tmp, final) == 0)
-        return 0;
+        return sbx_dir_sync(dir, err);
     if (errno == EEXIST || errno == ENOTEMPTY) {
         if (bd->no_cache) { /* replace the cached one (tmp then holds it) */
             if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
                 sbx_layer_remove(tmp);
-                return 0;
+                return sbx_dir_sync(dir, err);
             }
         }
         sbx_layer_remove(tmp);
@@ -1050,12 +1057,22 @@ static int install(sbx_build *bd, sbx_error *err)
         if (json_dump_file(m, p, JSON_INDENT(2) | JSON_SORT_KEYS) < 0)
             ret = sbx_error_set(err, EIO, "write %s", p);
     }
+    /* on disk before it is in place (its layers already are: commit_layer) */
+    if (ret == 0)
+        ret = sbx_layer_sync(tmp, err);
     bool replaced = false;
     if (ret == 0 && rename(tmp, dir) < 0) {
         if ((errno == EEXIST || errno == ENOTEMPTY) && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0)
             replaced = true; /* tmp is now the old version */
         else
             ret = sbx_error_set(err, errno, "install %s", dir);
+    }
+    if (ret == 0) {
+        char tdir[4096];
+        snprintf(tdir, sizeof tdir, "%s/templates", home);
+        sbx_error e2 = { 0 };
+        if (sbx_dir_sync(tdir, &e2) < 0) /* installed all the same: only its durability is in doubt */
+            sbx_log("warn", "event=template_install template=%s error=\"%s\"", bd->name, e2.msg);
     }
     if (replaced) { /* the old version's layers, let go of once this build is done */
         char old[4200];

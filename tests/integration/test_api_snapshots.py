@@ -277,3 +277,31 @@ def test_rows_of_an_older_database_are_migrated(make_sbxd):
     db.close()
     assert {"template_id", "stack", "start"} <= cols
     assert stack.startswith("id ") and "layer " in stack, stack
+
+
+# --- durability ----------------------------------------------------------------------------------
+
+
+def test_the_copy_is_on_disk_before_the_snapshot_is_recorded(make_sbxd):
+    """"Snapshots persist across restarts of the machine": the copy is
+    synced (syncfs, its directory fsynced), renamed into place and the
+    rename synced before the row that promises it reaches the database."""
+    from syscalls import first, traced
+    d = make_sbxd()
+    c = d.client()
+    sid = c.create()["id"]
+    c.sh(sid, "head -c 100000 /dev/urandom > blob; echo x > small")
+    with traced(d.pid, ["syncfs", "fsync", "fdatasync", "rename", "renameat", "renameat2", "pwrite64"]) as seen:
+        s = snap(c, sid)
+    sid_ = s["id"]
+    snaps = os.path.join(d.home, "snapshots")
+    tmp = f"{snaps}/.{sid_}.tmp"
+    synced = first(seen, lambda n, l: n == "syncfs" and f"<{tmp}>" in l)
+    assert synced is not None, "the copy was never synced:\n" + "".join(l for _, l in seen)
+    renamed = first(seen, lambda n, l: n.startswith("rename") and tmp in l and f"{snaps}/{sid_}\"" in l, synced)
+    assert renamed is not None, "".join(l for _, l in seen)
+    dir_synced = first(seen, lambda n, l: n == "fsync" and f"<{snaps}>" in l, renamed)
+    assert dir_synced is not None, "the rename was never synced:\n" + "".join(l for _, l in seen)
+    recorded = first(seen, lambda n, l: n == "pwrite64" and "sbxd.db-wal>" in l and sid_ in l)
+    assert recorded is not None, "no write of the snapshot's row seen"
+    assert recorded > dir_synced, "the row was written before the copy was on disk"

@@ -607,3 +607,31 @@ def test_bounds_on_specs_and_contexts(api, make_sbxd):
     while os.path.isdir(builds) and os.listdir(builds) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.isdir(builds) or not os.listdir(builds), os.listdir(builds)
+
+
+def test_layers_and_the_template_are_on_disk_before_they_are_named(make_sbxd):
+    """A built layer is synced before it is renamed into the cache (and the
+    rename synced); the template directory is synced before it is swapped
+    in: after a crash of the machine no template stands on a half-written
+    layer."""
+    from syscalls import first, traced
+    d = make_sbxd()
+    c = d.client()
+    name = uniq("durable")
+    with traced(d.pid, ["syncfs", "fsync", "rename", "renameat", "renameat2"]) as seen:
+        t = built(c, name, {"from": "base", "steps": [{"run": f"echo {name} > /f"}]})
+    key = t["layers"][0]["id"]
+    layers, templates = os.path.join(d.home, "layers"), os.path.join(d.home, "templates")
+    dump = "".join(line for _, line in seen)
+    synced = first(seen, lambda n, l: n == "syncfs" and f"<{layers}/.{key}.tmp." in l)
+    assert synced is not None, "the layer was never synced:\n" + dump
+    renamed = first(seen, lambda n, l: n.startswith("rename") and f"\"{layers}/{key}\"" in l, synced)
+    assert renamed is not None, dump
+    assert first(seen, lambda n, l: n == "fsync" and f"<{layers}>" in l, renamed) is not None, dump
+    tsynced = first(seen, lambda n, l: n == "syncfs" and f"<{templates}/.{name}.tmp." in l, renamed)
+    assert tsynced is not None, "the template directory was never synced:\n" + dump
+    installed = first(seen, lambda n, l: n.startswith("rename") and f"\"{templates}/{name}\"" in l, tsynced)
+    assert installed is not None, dump
+    assert first(seen, lambda n, l: n == "fsync" and f"<{templates}>" in l, installed) is not None, dump
+    sid = c.create(template=name)["id"]
+    assert c.sh(sid, "cat /f") == name + "\n"
