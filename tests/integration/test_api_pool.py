@@ -71,6 +71,7 @@ def test_pooled_sandboxes_belong_to_nobody(make_sbxd):
     d = make_sbxd("--pool", "3")
     c = d.client()
     wait_ready(c, 3)
+    assert prom(c, "sbx_pool_size") == 3
     rows = pooled_rows(d)
     assert len(rows) == 3 and all(k == "" for _, _, k in rows)
     assert c.get("/v1/sandboxes").json()["sandboxes"] == []

@@ -279,6 +279,53 @@ def test_rows_of_an_older_database_are_migrated(make_sbxd):
     assert stack.startswith("id ") and "layer " in stack, stack
 
 
+# --- the start command runs again ------------------------------------------------------------------
+
+
+START_SPEC = {"from": "base", "steps": [
+    {"user": "user"},
+    # a fresh marker, then a server: the marker is written before the port answers
+    {"start": "cat /proc/sys/kernel/random/uuid > /home/user/marker && "
+              "exec python3 -m http.server 8125 --bind 127.0.0.1 >/dev/null 2>&1"},
+    # live state, not a file: a marker the snapshot brought back cannot pass it
+    {"ready": "python3 -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:8125/\")'"},
+]}
+
+
+def start_command_of(c, sid):
+    cmds = c.get(f"/v1/sandboxes/{sid}/commands").json()["commands"]
+    return [x for x in cmds if x["background"] and "http.server" in " ".join(x["argv"])]
+
+
+def test_the_start_command_runs_again_from_a_snapshot_and_in_a_fork(api):
+    name = f"start-again-{os.getpid()}"
+    build(api, name, START_SPEC)
+    try:
+        src = api.create(template=name)["id"]
+        marker = api.sh(src, "cat marker")
+        assert len(marker.strip()) == 36, marker
+        s = snap(api, src)
+        made = api.create(snapshot=s["id"])["id"]
+        fork = api.post(f"/v1/sandboxes/{src}/fork", json={"count": 1})
+        assert fork.status_code == 201, fork.text
+        kid = fork.json()["sandboxes"][0]["id"]
+        for sid in (made, kid):
+            # the source's marker came back with the files, and was replaced
+            # by this sandbox's own start command before the create answered
+            assert api.sh(sid, "cat marker") != marker
+            started = start_command_of(api, sid)
+            assert len(started) == 1 and started[0]["running"], api.get(f"/v1/sandboxes/{sid}/commands").text
+            assert api.sh(sid, "python3 -c 'import urllib.request; "
+                               "print(urllib.request.urlopen(\"http://127.0.0.1:8125/\").status)'") == "200\n"
+        assert api.sh(made, "cat marker") != api.sh(kid, "cat marker")
+        for sid in (src, made, kid):
+            api.delete(f"/v1/sandboxes/{sid}")
+        for snap_id in (s["id"], fork.json()["snapshot"]["id"]):
+            assert delete_snapshot(api, snap_id).status_code == 204
+    finally:
+        api.delete(f"/v1/templates/{name}")
+
+
 # --- durability ----------------------------------------------------------------------------------
 
 

@@ -181,11 +181,18 @@ def test_cache_reuses_an_unchanged_prefix(api):
 
 def test_events_stream(api):
     name = uniq("stream")
-    r = build(api, name, {"from": "base", "steps": [{"run": "echo out; echo err >&2"}, {"env": {"A": "1"}}]},
+    r = build(api, name, {"from": "base", "steps": [{"run": "echo out; echo err >&2; sleep 2"}, {"env": {"A": "1"}}]},
               stream=True)
     try:
         assert r.status_code == 200 and r.headers["Content-Type"].startswith("application/x-ndjson"), r.text
-        evs = list(build_events(r))
+        timed = list(events(r, until_end=False, timeout=300))
+        evs = [e for _, e in timed]
+        # events come as they happen, not at the end: the step's output and
+        # its start arrived while it still slept
+        at = {}
+        for t, e in timed:
+            at.setdefault(e["type"], t)
+        assert at["done"] - at["output"] > 1.5 and at["done"] - at["step"] > 1.5, at
         kinds = [e["type"] for e in evs]
         assert kinds[0] == "step" and kinds[-1] == "done", kinds
         assert evs[0]["index"] == 1 and evs[0]["total"] == 2 and evs[0]["cached"] is False

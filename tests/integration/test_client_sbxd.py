@@ -179,6 +179,24 @@ def test_pause_resume_snapshot_fork(sbxd):
     assert "(conflict)" in sbx(sbxd, "snapshot", "rm", snap, check=125).stderr.decode()
     assert "from 1 to 16" in sbx(sbxd, "fork", "-n", "0", src, check=2).stderr.decode()
     sbx(sbxd, "kill", src, new, *kids, check=0)
+    # once nothing made from them is live: `sbx snapshot rm` deletes them,
+    # the fork's snapshot too (the killed sandboxes' clean-up finishes in
+    # the background, so the first tries may still be a conflict)
+    fork_snap = json.loads(sbx(sbxd, "info", kids[0], check=0).stdout)["snapshot_id"]
+    for s in (snap, fork_snap):
+        deadline = time.monotonic() + 15
+        while True:
+            r = sbx(sbxd, "snapshot", "rm", s)
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+            assert b"(conflict)" in r.stderr, r.stderr
+            time.sleep(0.2)
+        assert r.returncode == 0 and r.stdout == b"", (r.returncode, r.stdout, r.stderr)
+    listed = sbx(sbxd, "snapshot", "ls", check=0).stdout.decode()
+    assert snap not in listed and fork_snap not in listed, listed
+    assert b"(not_found)" in sbx(sbxd, "snapshot", "rm", snap, check=125).stderr
+    r = sbx(sbxd, "--json", "info", new, check=0)
+    assert json.loads(r.stdout)["state"] == "deleted"
 
 
 def test_create_on_timeout(sbxd):
