@@ -18,6 +18,7 @@ packages=(
   libcmocka-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libsodium-dev libcurl4-openssl-dev libwslay-dev libssl-dev python3-requests python3 python3-pytest
   python3-pip               # network tests: pip download through the egress proxy (base shows the host's /usr)
   qemu-system-x86 busybox-static file   # the pure cgroup v2 test runs in a qemu guest
+  strace                    # durability tests: what is synced to disk before it is recorded
   # (the MCP tests also need node and npm, checked below: machines may carry a newer Node)
   # benchmarks (peers run side by side)
   bubblewrap hyperfine util-linux

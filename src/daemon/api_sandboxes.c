@@ -81,7 +81,7 @@ void sbx_api_sandbox_create(sbx_req *r)
     if (!j)
         return;
     const char *tpl = SBX_DEFAULT_TEMPLATE, *on_timeout = "kill", *snapshot = NULL;
-    sbx_snap_row snap;
+    sbx_snap_row snap = { 0 };
     int64_t timeout = DEFAULT_TIMEOUT_S, memory = SBX_DEFAULT_MEMORY >> 20, disk = SBX_DEFAULT_DISK >> 20,
             pids = SBX_DEFAULT_PIDS;
     double cpus = SBX_DEFAULT_MILLICPUS / 1000.0;
@@ -141,15 +141,28 @@ void sbx_api_sandbox_create(sbx_req *r)
         goto out;
     }
     tpl = tpl_name;
-    manifest = sbx_tpl_load(r->d->reg.home, tpl);
-    sbx_template t;
+    /* The version to make it of: the template as installed now (its stack,
+     * start command and manifest read as one version), or for a snapshot
+     * the version the snapshot was taken on. */
+    sbx_box_row row = { 0 };
+    snprintf(row.template_name, sizeof row.template_name, "%s", tpl);
     sbx_error err = { 0 };
-    if (!manifest || sbx_template_open(&t, r->d->reg.home, tpl, r->d->reg.uid_base, &err) < 0) {
+    if (sbx_tpl_row_pin(r->d, &row, &manifest, &err) < 0 || !manifest) {
         if (!manifest || err.errno_ == ENOENT)
             sbx_reply_error(r, 400, "invalid_request", "unknown template '%s'", tpl);
         else
             sbx_reply_sbx_error(r, &err);
+        sbx_box_row_free(&row);
         goto out;
+    }
+    if (snapshot && snap.stack && snap.stack[0]) {
+        free(row.stack);
+        row.stack = strdup(snap.stack);
+        snprintf(row.template_id, sizeof row.template_id, "%s", snap.template_id);
+        if (snap.start) { /* rows from before start pins: the template's current one */
+            json_decref(row.start);
+            row.start = json_incref(snap.start);
+        }
     }
     json_t *v;
     if (!json_object_get(j, "timeout_s") && json_is_integer(v = json_object_get(manifest, "timeout_s")))
@@ -164,13 +177,12 @@ void sbx_api_sandbox_create(sbx_req *r)
         sbx_reply_error(r, 429, "quota_exceeded", "this key has %u running sandboxes, the most allowed (sbxd "
                                                   "--max-sandboxes)",
                         r->d->max_sandboxes);
+        sbx_box_row_free(&row);
         goto out;
     }
 
-    sbx_box_row row = { 0 };
     sbx_random_hex(row.id, SBX_ID_LEN / 2);
     snprintf(row.key_id, sizeof row.key_id, "%s", r->key.id);
-    snprintf(row.template_name, sizeof row.template_name, "%s", tpl);
     snprintf(row.state, sizeof row.state, "running");
     row.created_at = sbx_now_wall_ms();
     row.timeout_s = timeout;
@@ -221,7 +233,7 @@ void sbx_api_sandbox_create(sbx_req *r)
     int bad = nb ? sbx_sandbox_network(r->d, nb, net, &err) : 0;
     net = NULL; /* taken */
     if (nb && bad == 0 && !(pooled && claimed == 0))
-        bad = sbx_tpl_start(r->d, nb, manifest, &err);
+        bad = sbx_tpl_start(r->d, nb, row.start ? row.start : manifest, &err);
     if (nb && bad < 0) {
         sbx_reg_end(&r->d->reg, nb, "failed", err.msg);
         sbx_reg_put(&r->d->reg, nb);
@@ -239,6 +251,8 @@ void sbx_api_sandbox_create(sbx_req *r)
     sbx_reply_json(r, 201, sbx_box_json(&row));
     sbx_box_row_free(&row);
 out:
+    if (snapshot)
+        sbx_snap_row_free(&snap);
     sbx_net_policy_free(net);
     json_decref(manifest);
     json_decref(j);

@@ -34,9 +34,9 @@ static json_t *snap_json(const sbx_snap_row *s)
 {
     char at[40];
     sbx_format_time(s->created_at, at, sizeof at);
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s?}", "id", s->id, "sandbox_id", s->sandbox_id, "template",
-                     s->template_name, "created_at", at, "size_bytes", (json_int_t) s->size_bytes, "parent_id",
-                     s->parent_id[0] ? s->parent_id : NULL);
+    return json_pack("{s:s, s:s, s:s, s:s?, s:s, s:I, s:s?}", "id", s->id, "sandbox_id", s->sandbox_id, "template",
+                     s->template_name, "template_id", s->template_id[0] ? s->template_id : NULL, "created_at", at,
+                     "size_bytes", (json_int_t) s->size_bytes, "parent_id", s->parent_id[0] ? s->parent_id : NULL);
 }
 
 /* Snapshot live sandbox b (of key_id) into out.  -1 with err on failure. */
@@ -47,28 +47,59 @@ static int take_snapshot(sbx_daemon *d, sbx_box *b, const char *key_id, sbx_snap
     snprintf(out->key_id, sizeof out->key_id, "%s", key_id);
     snprintf(out->sandbox_id, sizeof out->sandbox_id, "%s", b->id);
     snprintf(out->template_name, sizeof out->template_name, "%s", b->tpl.name);
+    /* What the sandbox was made on: a sandbox made from the snapshot
+     * mounts exactly that under the snapshot's layer, whatever the template
+     * has become since (a rebuild).  The row has it; a row from before
+     * stacks were recorded: what the sandbox holds open now. */
     sbx_box_row row;
     if (sbx_store_box_get(d->store, b->id, &row) == 1) {
         snprintf(out->parent_id, sizeof out->parent_id, "%s", row.snapshot_id);
+        if (row.stack && row.stack[0]) {
+            out->stack = row.stack;
+            row.stack = NULL;
+            snprintf(out->template_id, sizeof out->template_id, "%s", row.template_id);
+        }
+        out->start = row.start ? json_incref(row.start) : NULL;
         sbx_box_row_free(&row);
+    }
+    if (!out->stack) {
+        out->stack = sbx_template_stack_text(&b->tpl);
+        snprintf(out->template_id, sizeof out->template_id, "%s", b->tpl.id);
+    }
+    if (!out->stack) {
+        sbx_snap_row_free(out);
+        return sbx_error_set(err, ENOMEM, "snapshot");
     }
     char dir[512], tmp[600], final[600];
     snprintf(dir, sizeof dir, "%s/snapshots", d->reg.home);
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        sbx_snap_row_free(out);
         return sbx_error_set(err, errno, "mkdir %s", dir);
+    }
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, out->id);
     snprintf(final, sizeof final, "%s/%s", dir, out->id);
     int ret = sbx_layer_capture(&d->reg, b, tmp, err);
+    /* On disk before it is on record: "snapshots persist across restarts
+     * of the machine" means the copy (every file cp wrote, then its name)
+     * reaches the disk before the row that promises it does. */
+    if (ret == 0)
+        ret = sbx_layer_sync(tmp, err);
     if (ret == 0 && rename(tmp, final) < 0)
         ret = sbx_error_set(err, errno, "rename %s", tmp);
+    if (ret == 0 && sbx_dir_sync(dir, err) < 0) {
+        ret = -1;
+        sbx_layer_remove(final);
+    }
     if (ret < 0) {
         sbx_layer_remove(tmp);
+        sbx_snap_row_free(out);
         return -1;
     }
     out->size_bytes = sbx_layer_bytes(final);
     out->created_at = sbx_now_wall_ms();
     if (sbx_store_snap_insert(d->store, out) != 1) {
         sbx_layer_remove(final);
+        sbx_snap_row_free(out);
         return sbx_error_set(err, EIO, "record snapshot %s", out->id);
     }
     sbx_store_event(d->store, b->id, key_id, "snapshot", out->id);
@@ -93,6 +124,7 @@ void sbx_api_snapshot_create(sbx_req *r)
         return;
     }
     sbx_reply_json(r, 201, snap_json(&s));
+    sbx_snap_row_free(&s);
 }
 
 void sbx_api_snapshot_list(sbx_req *r)
@@ -104,8 +136,10 @@ void sbx_api_snapshot_list(sbx_req *r)
         return;
     }
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         json_array_append_new(arr, snap_json(&rows[i]));
+        sbx_snap_row_free(&rows[i]);
+    }
     free(rows);
     sbx_reply_json(r, 200, json_pack("{s:o}", "snapshots", arr));
 }
@@ -118,6 +152,7 @@ void sbx_api_snapshot_get(sbx_req *r)
         return;
     }
     sbx_reply_json(r, 200, snap_json(&s));
+    sbx_snap_row_free(&s);
 }
 
 void sbx_api_snapshot_delete(sbx_req *r)
@@ -132,13 +167,21 @@ void sbx_api_snapshot_delete(sbx_req *r)
         sbx_reply_error(r, 409, "conflict",
                         "snapshot %s is in use (%d sandboxes made from it are live, or snapshots stack on it)",
                         s.id, users);
+        sbx_snap_row_free(&s);
         return;
     }
     char dir[600];
     snprintf(dir, sizeof dir, "%s/snapshots/%s", r->d->reg.home, s.id);
     sbx_store_snap_delete(r->d->store, s.id);
     sbx_layer_remove(dir);
-    sbx_log("info", "event=snapshot_deleted snapshot=%s", s.id);
+    /* it may have been the last thing that needed the layers of an older
+     * version of its template */
+    json_t *keys = json_object();
+    sbx_tpl_keep_stack(s.stack, keys);
+    sbx_snap_row_free(&s);
+    size_t freed = sbx_tpl_release_layers(r->d, keys);
+    json_decref(keys);
+    sbx_log("info", "event=snapshot_deleted snapshot=%s layers_removed=%zu", s.id, freed);
     sbx_reply_empty(r, 204);
 }
 
@@ -187,6 +230,10 @@ void sbx_api_sandbox_fork(sbx_req *r)
         snprintf(row.template_name, sizeof row.template_name, "%s", src.template_name);
         snprintf(row.state, sizeof row.state, "running");
         snprintf(row.snapshot_id, sizeof row.snapshot_id, "%s", s.id);
+        /* the version its source was made on, as the snapshot recorded it */
+        row.stack = strdup(s.stack);
+        snprintf(row.template_id, sizeof row.template_id, "%s", s.template_id);
+        row.start = s.start ? json_incref(s.start) : NULL;
         snprintf(row.on_timeout, sizeof row.on_timeout, "%s", src.on_timeout);
         row.created_at = sbx_now_wall_ms();
         row.timeout_s = src.timeout_s;
@@ -213,7 +260,7 @@ void sbx_api_sandbox_fork(sbx_req *r)
         if (!nb)
             sbx_net_policy_free(np);
         if (nb && started == 0)
-            started = sbx_tpl_start(r->d, nb, manifest, &err);
+            started = sbx_tpl_start(r->d, nb, row.start ? row.start : manifest, &err);
         if (started < 0)
             sbx_reg_end(&r->d->reg, nb, "failed", err.msg);
         if (nb)
@@ -247,8 +294,10 @@ void sbx_api_sandbox_fork(sbx_req *r)
         json_decref(made);
         sbx_reply_error(r, 503, "unavailable", "cannot make the forked sandboxes: %s (snapshot %s is kept)", err.msg,
                         s.id);
+        sbx_snap_row_free(&s);
         return;
     }
     sbx_log("info", "event=fork sandbox=%s snapshot=%s count=%lld", r->arg[0], s.id, (long long) count);
     sbx_reply_json(r, 201, json_pack("{s:o, s:o}", "snapshot", snap_json(&s), "sandboxes", made));
+    sbx_snap_row_free(&s);
 }

@@ -32,6 +32,7 @@
 #include "image.h"
 #include "layers.h"
 #include "log.h"
+#include "pool.h"
 #include "templates.h"
 #include "../lib/cleanup.h"
 #include "../lib/fsutil.h"
@@ -91,7 +92,51 @@ struct sbx_build {
     int failed_step;          /* 1-based; 0: not a step's fault */
     char tail[2048];          /* the failed run step's last output */
     size_t tail_len;
+    struct sbx_build *next;   /* on the list of builds running (`active`) */
+    json_t *released;         /* a rebuild: the old version's layer keys */
 };
+
+/* Builds running, for the sweep of unused layers: what each stands on
+ * (root, layers, the key of its current step) is changed only under
+ * sbx_layers_use_lock and read under sbx_layers_sweep_lock (layers.h);
+ * the list itself under active_lock. */
+static pthread_mutex_t active_lock = PTHREAD_MUTEX_INITIALIZER;
+static sbx_build *active;
+
+static void activate(sbx_build *bd, bool on)
+{
+    pthread_mutex_lock(&active_lock);
+    sbx_build **pp = &active;
+    while (*pp && *pp != bd)
+        pp = &(*pp)->next;
+    if (on && !*pp) {
+        bd->next = NULL;
+        *pp = bd;
+    } else if (!on && *pp) {
+        *pp = bd->next;
+    }
+    pthread_mutex_unlock(&active_lock);
+}
+
+void sbx_build_keep_layers(json_t *keep)
+{
+    pthread_mutex_lock(&active_lock);
+    for (sbx_build *bd = active; bd; bd = bd->next) {
+        if (bd->root[0])
+            json_object_set_new(keep, bd->root, json_true());
+        if (bd->key[0])
+            json_object_set_new(keep, bd->key, json_true());
+        size_t i;
+        json_t *l;
+        json_array_foreach(bd->layers, i, l)
+        {
+            const char *id = json_string_value(json_object_get(l, "id"));
+            if (id)
+                json_object_set_new(keep, id, json_true());
+        }
+    }
+    pthread_mutex_unlock(&active_lock);
+}
 
 /* Names being built: one build per name at a time. */
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -533,22 +578,31 @@ static void add_layer(sbx_build *bd, const char *key, const char *what)
             empty = false;
     if (empty && strcmp(key, bd->root) != 0)
         return; /* a step that changed nothing costs no overlay layer */
-    json_array_append_new(bd->layers, json_pack("{s:s, s:s, s:I}", "id", key, "step", what, "size_bytes",
-                                                (json_int_t) sbx_layer_bytes(p)));
+    json_t *l = json_pack("{s:s, s:s, s:I}", "id", key, "step", what, "size_bytes", (json_int_t) sbx_layer_bytes(p));
+    sbx_layers_use_lock();
+    json_array_append_new(bd->layers, l);
+    sbx_layers_use_unlock();
 }
 
 /* Move a finished layer into the cache; someone else's identical one wins. */
 static int commit_layer(sbx_build *bd, const char *tmp, const char *key, sbx_error *err)
 {
-    char final[4200];
+    char final[4200], dir[4096];
     layer_path(bd, key, final, sizeof final);
+    sbx_tpl_layers_dir(bd->d->reg.home, dir, sizeof dir);
+    /* on disk before a template names it: a template installed after a
+     * crash of the machine must not stand on a half-written layer */
+    if (sbx_layer_sync(tmp, err) < 0) {
+        sbx_layer_remove(tmp);
+        return -1;
+    }
     if (rename(tmp, final) == 0)
-        return 0;
+        return sbx_dir_sync(dir, err);
     if (errno == EEXIST || errno == ENOTEMPTY) {
         if (bd->no_cache) { /* replace the cached one (tmp then holds it) */
             if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
                 sbx_layer_remove(tmp);
-                return 0;
+                return sbx_dir_sync(dir, err);
             }
         }
         sbx_layer_remove(tmp);
@@ -569,7 +623,9 @@ static bool cached(sbx_build *bd, const char *key)
 static int start_from(sbx_build *bd, sbx_error *err)
 {
     const char *from = json_string_value(json_object_get(bd->spec, "from"));
+    sbx_layers_use_lock(); /* a sweep reads bd->layers */
     bd->layers = json_array();
+    sbx_layers_use_unlock();
     bd->steps = json_array();
     bd->defaults = json_object();
     if (strncmp(from, "archive:", 8) == 0) {
@@ -599,14 +655,17 @@ static int start_from(sbx_build *bd, sbx_error *err)
         if (hr < 0)
             return -1;
         hex(md, 32, archive_hash);
-        snprintf(bd->key, sizeof bd->key, "%s", "");
-        next_key(bd->key, json_object_get(bd->spec, "from"), archive_hash);
-        snprintf(bd->root, sizeof bd->root, "%s", bd->key);
+        char key[65] = "";
+        next_key(key, json_object_get(bd->spec, "from"), archive_hash);
+        sbx_layers_use_lock(); /* what it stands on from now: no sweep removes it */
+        snprintf(bd->key, sizeof bd->key, "%s", key);
+        snprintf(bd->root, sizeof bd->root, "%s", key);
+        bool hit = cached(bd, bd->key);
+        sbx_layers_use_unlock();
         emit(bd, json_pack("{s:s, s:i, s:i, s:s, s:b}", "type", "step", "index", 0, "total",
-                           (int) json_array_size(json_object_get(bd->spec, "steps")), "step", from, "cached",
-                           cached(bd, bd->key)));
+                           (int) json_array_size(json_object_get(bd->spec, "steps")), "step", from, "cached", hit));
         sbx_image_config cfg = { 0 };
-        if (!cached(bd, bd->key)) {
+        if (!hit) {
             char tmp[4300], layers[4096];
             sbx_tpl_layers_dir(bd->d->reg.home, layers, sizeof layers);
             snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%s", layers, bd->key, bd->id);
@@ -670,11 +729,17 @@ static int start_from(sbx_build *bd, sbx_error *err)
         json_array_append_new(bd->steps, json_pack("{s:s, s:s}", "step", from, "layer", bd->key));
         return 0;
     }
+    /* the template it builds on, as installed now: its layers are this
+     * build's from here on (a sweep keeps them) */
+    sbx_layers_use_lock();
     json_t *m = sbx_tpl_load(bd->d->reg.home, from);
-    if (!m)
+    if (!m) {
+        sbx_layers_use_unlock();
         return sbx_error_set(err, ENOENT, "'from': no template '%s'", from);
+    }
     if (json_is_true(json_object_get(m, "builtin")) || !json_object_get(m, "key")) {
         if (strcmp(from, "base") != 0) {
+            sbx_layers_use_unlock();
             json_decref(m);
             return sbx_error_set(err, EINVAL, "'from': template '%s' is hand-made; build from base, a built "
                                               "template or an archive", from);
@@ -691,6 +756,7 @@ static int start_from(sbx_build *bd, sbx_error *err)
             if (json_object_get(m, inherit[i]))
                 json_object_set(bd->defaults, inherit[i], json_object_get(m, inherit[i]));
     }
+    sbx_layers_use_unlock();
     json_decref(m);
     if (!json_object_get(bd->defaults, "envs"))
         json_object_set_new(bd->defaults, "envs", json_object());
@@ -905,8 +971,15 @@ static int do_steps(sbx_build *bd, sbx_error *err)
             if (hash_path(srcpath, extra, err) < 0)
                 return -1;
         }
-        next_key(bd->key, s, extra[0] ? extra : NULL);
+        char key[65];
+        snprintf(key, sizeof key, "%s", bd->key);
+        next_key(key, s, extra[0] ? extra : NULL);
+        /* the step's key is what the build stands on from now (a sweep
+         * keeps its layer, cached or about to be made) */
+        sbx_layers_use_lock();
+        snprintf(bd->key, sizeof bd->key, "%s", key);
         bool hit = makes_layer && cached(bd, bd->key);
+        sbx_layers_use_unlock();
         emit(bd, json_pack("{s:s, s:i, s:i, s:s, s:b}", "type", "step", "index", (int) i + 1, "total", (int) total,
                            "step", what, "cached", hit));
         if (makes_layer && json_array_size(bd->layers) >= SBX_TEMPLATE_MAX_LAYERS)
@@ -984,18 +1057,45 @@ static int install(sbx_build *bd, sbx_error *err)
         if (json_dump_file(m, p, JSON_INDENT(2) | JSON_SORT_KEYS) < 0)
             ret = sbx_error_set(err, EIO, "write %s", p);
     }
+    /* on disk before it is in place (its layers already are: commit_layer) */
+    if (ret == 0)
+        ret = sbx_layer_sync(tmp, err);
+    bool replaced = false;
     if (ret == 0 && rename(tmp, dir) < 0) {
         if ((errno == EEXIST || errno == ENOTEMPTY) && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0)
-            sbx_layer_remove(tmp); /* tmp is now the old version */
+            replaced = true; /* tmp is now the old version */
         else
             ret = sbx_error_set(err, errno, "install %s", dir);
     }
-    if (ret < 0) {
+    if (ret == 0) {
+        char tdir[4096];
+        snprintf(tdir, sizeof tdir, "%s/templates", home);
+        sbx_error e2 = { 0 };
+        if (sbx_dir_sync(tdir, &e2) < 0) /* installed all the same: only its durability is in doubt */
+            sbx_log("warn", "event=template_install template=%s error=\"%s\"", bd->name, e2.msg);
+    }
+    if (replaced) { /* the old version's layers, let go of once this build is done */
+        char old[4200];
+        snprintf(old, sizeof old, "%s/template.json", tmp);
+        json_t *om = json_load_file(old, 0, NULL);
+        bd->released = json_object();
+        sbx_tpl_keep_manifest(om, bd->released);
+        json_decref(om);
+        snprintf(old, sizeof old, "%s/stack", tmp);
+        _cleanup_free_ char *ostack = sbx_read_file_alloc(old, NULL);
+        sbx_tpl_keep_stack(ostack, bd->released);
+    }
+    if (ret < 0 || replaced)
         sbx_layer_remove(tmp);
+    if (ret < 0) {
         json_decref(m);
         return -1;
     }
     bd->result = m;
+    /* A warm pool of the name holds sandboxes of the old version: they end
+     * and the pool refills from this one (and a pool waiting for the
+     * template to exist starts). */
+    sbx_pool_template_changed(bd->d, bd->name);
     return 0;
 }
 
@@ -1004,12 +1104,22 @@ static void *build_main(void *arg)
     sbx_build *bd = arg;
     int64_t t0 = mono_ms();
     sbx_log("info", "event=template_build_started template=%s build=%s", bd->name, bd->id);
+    activate(bd, true);
     int r = do_steps(bd, &bd->err);
     if (r == 0)
         r = install(bd, &bd->err);
     char dir[4096];
     build_tpl_dir(bd, dir, sizeof dir);
     sbx_layer_remove(dir);
+    activate(bd, false);
+    /* A rebuild lets go of the old version's layers: those the new one,
+     * another template, a live sandbox or a snapshot do not need go.
+     * (A failed build's layers stay: the cache of its next attempt.) */
+    if (bd->released) {
+        sbx_tpl_release_layers(bd->d, bd->released);
+        json_decref(bd->released);
+        bd->released = NULL;
+    }
     if (r == 0) {
         emit(bd, json_pack("{s:s, s:o}", "type", "done", "template", sbx_tpl_json(bd->d, bd->result)));
         sbx_log("info", "event=template_built template=%s build=%s ms=%lld", bd->name, bd->id,
@@ -1198,5 +1308,6 @@ void sbx_build_free(sbx_build *bd)
     json_decref(bd->steps);
     json_decref(bd->defaults);
     json_decref(bd->result);
+    json_decref(bd->released);
     free(bd);
 }

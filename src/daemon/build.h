@@ -31,6 +31,11 @@ void sbx_build_free(sbx_build *bd);
  * (HOME/builds, partial templates and layers). */
 void sbx_build_clean_stale(const char *home);
 
+/* Every layer key builds in progress stand on (the layers of their
+ * template so far, the key of the step they run) into keep.  Called by the
+ * sweep of unused layers with sbx_layers_sweep_lock held (layers.h). */
+void sbx_build_keep_layers(json_t *keep);
+
 /* Check a spec's shape without running anything (also for clients that
  * want to validate): 0, or -1 with err. */
 int sbx_build_check_spec(json_t *spec, sbx_error *err);

@@ -75,6 +75,50 @@ int64_t sbx_layer_bytes(const char *dir)
     return n;
 }
 
+int sbx_dir_sync(const char *dir, sbx_error *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return sbx_error_set(err, errno, "open %s", dir);
+    int r = fsync(fd) < 0 ? sbx_error_set(err, errno, "fsync %s", dir) : 0;
+    close(fd);
+    return r;
+}
+
+int sbx_layer_sync(const char *dir, sbx_error *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return sbx_error_set(err, errno, "open %s", dir);
+    /* syncfs: every file cp wrote, in one call (an fsync per file would be
+     * a walk of the tree and as many flushes) */
+    int r = syncfs(fd) < 0 || fsync(fd) < 0 ? sbx_error_set(err, errno, "sync %s to disk", dir) : 0;
+    close(fd);
+    return r;
+}
+
+static pthread_rwlock_t layers_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+
+void sbx_layers_use_lock(void)
+{
+    pthread_rwlock_rdlock(&layers_lock);
+}
+
+void sbx_layers_use_unlock(void)
+{
+    pthread_rwlock_unlock(&layers_lock);
+}
+
+void sbx_layers_sweep_lock(void)
+{
+    pthread_rwlock_wrlock(&layers_lock);
+}
+
+void sbx_layers_sweep_unlock(void)
+{
+    pthread_rwlock_unlock(&layers_lock);
+}
+
 void sbx_layer_remove(const char *dir)
 {
     sbx_error ignored = { 0 };

@@ -3,6 +3,7 @@
 #include "lifecycle.h"
 #include "agent.h"
 #include "log.h"
+#include "templates.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -15,6 +16,8 @@
 
 #define PING_TIMEOUT_MS 5000
 #define SAMPLE_EVERY_MS 5000
+/* how often layers let go of but still used by a live sandbox are tried again */
+#define SWEEP_EVERY_MS 10000
 
 static pthread_t thread;
 static volatile int stopping;
@@ -52,7 +55,7 @@ static bool init_exited(const sbx_box *b)
 static void *run(void *arg)
 {
     sbx_daemon *d = arg;
-    int64_t last_health = sbx_now_wall_ms(), last_sample = 0;
+    int64_t last_health = sbx_now_wall_ms(), last_sample = 0, last_sweep = 0;
     while (!stopping) {
         int64_t now = sbx_now_wall_ms();
         bool health = now - last_health >= (int64_t) d->health_interval * 1000;
@@ -83,6 +86,12 @@ static void *run(void *arg)
             sbx_reg_put(&d->reg, b);
         }
         free(v);
+        /* layers let go of that live sandboxes still used (a rebuilt
+         * template's old version): freed once those have ended */
+        if (now - last_sweep >= SWEEP_EVERY_MS && sbx_tpl_released_pending()) {
+            sbx_tpl_sweep_layers(d, false);
+            last_sweep = now;
+        }
         if (health)
             last_health = now;
         if (sample)

@@ -34,9 +34,11 @@ typedef struct pool {
     unsigned size;
     sbx_box **ready;
     size_t n;
-    uint64_t hits, misses, failed;
+    uint64_t hits, misses, failed, stale;
     long backoff_ms;
     double refill_ms_last, refill_ms_sum;
+    bool stopped;   /* its template was removed: no refill until one is built again */
+    bool kick;      /* its template was (re)built: cut a back-off short */
 } pool;
 
 static pool pools[MAX_POOLS];
@@ -102,6 +104,14 @@ static size_t prune(pool *p, sbx_registry *reg, sbx_box **out, size_t max)
     return k;
 }
 
+/* Is b of the version of its template installed now?  (The stack's id
+ * line: a file read, no JSON, cheap enough for every take.) */
+static bool is_current(sbx_daemon *d, const char *template_name, const sbx_box *b)
+{
+    char id[33];
+    return sbx_template_read_id(d->reg.home, template_name, id) == 0 && strcmp(id, b->tpl.id) == 0;
+}
+
 /* Make one sandbox for p; returns it referenced, or NULL. */
 static sbx_box *make(sbx_daemon *d, const char *template_name, sbx_error *err)
 {
@@ -111,9 +121,15 @@ static sbx_box *make(sbx_daemon *d, const char *template_name, sbx_error *err)
     snprintf(row.state, sizeof row.state, "pooled");
     row.created_at = sbx_now_wall_ms();
     row.metadata = json_object();
-    json_t *manifest = sbx_tpl_load(d->reg.home, template_name);
+    /* the template's version now: its stack, start command and envs */
+    json_t *manifest = NULL;
+    if (sbx_tpl_row_pin(d, &row, &manifest, err) < 0) {
+        sbx_box_row_free(&row);
+        return NULL;
+    }
     json_t *envs = json_object_get(manifest, "envs");
     row.envs = json_is_object(envs) ? json_deep_copy(envs) : json_object();
+    json_decref(manifest);
     row.millicpus = SBX_DEFAULT_MILLICPUS;
     row.memory_mb = SBX_DEFAULT_MEMORY >> 20;
     row.disk_mb = SBX_DEFAULT_DISK >> 20;
@@ -121,14 +137,13 @@ static sbx_box *make(sbx_daemon *d, const char *template_name, sbx_error *err)
     sbx_box *b = NULL;
     if (sbx_reg_create(&d->reg, &row, err) == 0)
         b = sbx_reg_get(&d->reg, row.id, NULL);
-    sbx_box_row_free(&row);
     /* ready means started: the template's start command runs now */
-    if (b && sbx_tpl_start(d, b, manifest, err) < 0) {
+    if (b && sbx_tpl_start(d, b, row.start, err) < 0) {
         sbx_reg_end(&d->reg, b, "failed", err->msg);
         sbx_reg_put(&d->reg, b);
         b = NULL;
     }
-    json_decref(manifest);
+    sbx_box_row_free(&row);
     return b;
 }
 
@@ -147,7 +162,7 @@ static void *refill(void *arg)
                     sbx_reg_put(&d->reg, dead[j]);
                 pthread_mutex_lock(&lock);
             }
-            if (pools[i].n < pools[i].size)
+            if (pools[i].n < pools[i].size && !pools[i].stopped)
                 p = &pools[i];
         }
         double quiet_for = mono_ms() - last_take_ms;
@@ -173,6 +188,7 @@ static void *refill(void *arg)
         }
         char name[65];
         snprintf(name, sizeof name, "%s", p->template_name);
+        p->kick = false;
         pthread_mutex_unlock(&lock);
         double t0 = mono_ms();
         sbx_error err = { 0 };
@@ -186,9 +202,10 @@ static void *refill(void *arg)
                 p->backoff_ms = RETRY_MAX_MS;
             sbx_log("warn", "event=pool_refill_failed template=%s retry_in_ms=%ld error=\"%s\"", name,
                     p->backoff_ms, err.msg);
-            /* a plain sleep: takes must not cut the back-off short */
+            /* a plain sleep: takes must not cut the back-off short (a
+             * build of the template does: it may be what was missing) */
             double until = mono_ms() + (double) p->backoff_ms;
-            while (!stopping && mono_ms() < until) {
+            while (!stopping && !p->kick && mono_ms() < until) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
                 ts.tv_sec += 1;
@@ -197,13 +214,24 @@ static void *refill(void *arg)
             continue;
         }
         p->backoff_ms = 0;
+        /* The template may have been rebuilt (or removed) while this one
+         * was made: it would be of the old version.  Such a sandbox goes. */
+        bool current = !p->stopped && !p->kick && is_current(d, name, b);
         sbx_box **v = realloc(p->ready, (p->n + 1) * sizeof *v);
-        if (stopping || !v) {
+        if (stopping || !v || !current) {
             if (v)
                 p->ready = v;
+            bool removed = p->stopped;
+            if (!current)
+                p->stale++;
             pthread_mutex_unlock(&lock);
-            sbx_reg_end(&d->reg, b, "deleted", "warm pool stopped");
+            sbx_reg_end(&d->reg, b, "deleted",
+                        stopping || !v ? "warm pool stopped"
+                        : removed      ? "its template was removed: warm pool stopped"
+                                       : "its template was rebuilt: warm pool renewed");
             sbx_reg_put(&d->reg, b);
+            if (removed) /* the layers it held may be the last use of the removed template's */
+                sbx_tpl_sweep_layers(d, false);
             pthread_mutex_lock(&lock);
             continue;
         }
@@ -254,21 +282,27 @@ void sbx_pool_stop(sbx_daemon *d)
 
 sbx_box *sbx_pool_take(sbx_daemon *d, const char *template_name, uint64_t disk_mb)
 {
-    sbx_box *b = NULL, *dead[8];
-    size_t ndead = 0;
+    sbx_box *b = NULL, *dead[8], *stale[8];
+    size_t ndead = 0, nstale = 0;
+    /* the version installed now: a pooled sandbox of an older one (made
+     * just before a rebuild swapped the template) is never handed out */
+    char current[33];
+    bool known = sbx_template_read_id(d->reg.home, template_name, current) == 0;
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < npools; i++) {
         pool *p = &pools[i];
         if (strcmp(p->template_name, template_name) != 0 || p->size == 0)
             continue;
         /* pooled sandboxes have the default writable layer */
-        if (disk_mb << 20 == SBX_DEFAULT_DISK) {
+        if (disk_mb << 20 == SBX_DEFAULT_DISK && known) {
             pthread_mutex_lock(&d->reg.lock);
             /* newest first: the one least likely to have been paged out */
-            while (p->n && !b && ndead < 8) {
+            while (p->n && !b && ndead < 8 && nstale < 8) {
                 sbx_box *c = p->ready[--p->n];
                 if (c->gone)
                     dead[ndead++] = c; /* ended while it waited */
+                else if (strcmp(c->tpl.id, current) != 0)
+                    stale[nstale++] = c;
                 else
                     b = c;
             }
@@ -278,6 +312,7 @@ sbx_box *sbx_pool_take(sbx_daemon *d, const char *template_name, uint64_t disk_m
             p->hits++;
         else
             p->misses++;
+        p->stale += nstale;
         last_take_ms = mono_ms();
         pthread_cond_broadcast(&wake);
         break;
@@ -285,7 +320,76 @@ sbx_box *sbx_pool_take(sbx_daemon *d, const char *template_name, uint64_t disk_m
     pthread_mutex_unlock(&lock);
     for (size_t i = 0; i < ndead; i++)
         sbx_reg_put(&d->reg, dead[i]);
+    for (size_t i = 0; i < nstale; i++) {
+        sbx_reg_end(&d->reg, stale[i], "deleted", "its template was rebuilt: warm pool renewed");
+        sbx_reg_put(&d->reg, stale[i]);
+    }
     return b;
+}
+
+/* Take every ready sandbox of the pool of `name` out of it (under lock);
+ * returns the pool or NULL. */
+static pool *drain(const char *name, sbx_box ***out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    for (size_t i = 0; i < npools; i++) {
+        if (strcmp(pools[i].template_name, name) != 0)
+            continue;
+        *out = pools[i].ready;
+        *n = pools[i].n;
+        pools[i].ready = NULL;
+        pools[i].n = 0;
+        return &pools[i];
+    }
+    return NULL;
+}
+
+static void end_all(sbx_daemon *d, sbx_box **v, size_t n, const char *why)
+{
+    for (size_t i = 0; i < n; i++) {
+        sbx_reg_end(&d->reg, v[i], "deleted", why);
+        sbx_reg_put(&d->reg, v[i]);
+    }
+    free(v);
+}
+
+void sbx_pool_template_changed(sbx_daemon *d, const char *name)
+{
+    sbx_box **v;
+    size_t n;
+    pthread_mutex_lock(&lock);
+    pool *p = drain(name, &v, &n);
+    if (p) {
+        p->stopped = false;
+        p->kick = true;
+        p->backoff_ms = 0;
+        last_take_ms = 0; /* a renewal, not a burst of creates: refill now */
+        pthread_cond_broadcast(&wake);
+    }
+    pthread_mutex_unlock(&lock);
+    if (n)
+        sbx_log("info", "event=pool_renewed template=%s ended=%zu", name, n);
+    end_all(d, v, n, "its template was rebuilt: warm pool renewed");
+}
+
+bool sbx_pool_template_removed(sbx_daemon *d, const char *name)
+{
+    sbx_box **v;
+    size_t n;
+    pthread_mutex_lock(&lock);
+    pool *p = drain(name, &v, &n);
+    bool had = p && p->size > 0;
+    if (p) {
+        p->stopped = true;
+        p->kick = true; /* a refill sleeping off a failure notices */
+        pthread_cond_broadcast(&wake);
+    }
+    pthread_mutex_unlock(&lock);
+    if (had)
+        sbx_log("info", "event=pool_stopped template=%s ended=%zu reason=\"template removed\"", name, n);
+    end_all(d, v, n, "its template was removed: warm pool stopped");
+    return had;
 }
 
 size_t sbx_pool_ready(void)
@@ -316,6 +420,11 @@ void sbx_pool_metrics(FILE *f)
     for (size_t i = 0; i < npools; i++)
         fprintf(f, "sbx_pool_misses_total{template=\"%s\"} %llu\n", pools[i].template_name,
                 (unsigned long long) pools[i].misses);
+    fprintf(f, "# HELP sbx_pool_stale_total Pooled sandboxes ended unused because their template was rebuilt.\n"
+               "# TYPE sbx_pool_stale_total counter\n");
+    for (size_t i = 0; i < npools; i++)
+        fprintf(f, "sbx_pool_stale_total{template=\"%s\"} %llu\n", pools[i].template_name,
+                (unsigned long long) pools[i].stale);
     fprintf(f, "# HELP sbx_pool_refill_seconds Time to make the last pooled sandbox.\n"
                "# TYPE sbx_pool_refill_seconds gauge\n");
     for (size_t i = 0; i < npools; i++)

@@ -15,6 +15,7 @@
 #ifndef SBX_DAEMON_POOL_H
 #define SBX_DAEMON_POOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "http.h"
@@ -32,6 +33,16 @@ void sbx_pool_stop(sbx_daemon *d);
  * referenced and out of the pool; NULL on a miss.  The caller claims it
  * (sbx_reg_claim) or ends it. */
 sbx_box *sbx_pool_take(sbx_daemon *d, const char *template_name, uint64_t disk_mb);
+
+/* Template `name` was installed anew (a build, RENAME_EXCHANGE over an
+ * older version): the sandboxes its pool holds are of the old version, so
+ * they end, and the pool refills from the new one (a stopped pool starts
+ * again).  No-op without a pool of it. */
+void sbx_pool_template_changed(sbx_daemon *d, const char *name);
+
+/* Template `name` is being removed: its pool stops (until a template of
+ * that name is built again) and its sandboxes end.  True if it had a pool. */
+bool sbx_pool_template_removed(sbx_daemon *d, const char *name);
 
 /* Sandboxes waiting in all pools. */
 size_t sbx_pool_ready(void);

@@ -4,6 +4,8 @@
 #include "egress.h"
 #include "../lib/mount.h"
 #include "agent.h"
+#include "layers.h"
+#include "../lib/cleanup.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -175,8 +177,12 @@ static void cleanup(sbx_registry *reg, const char *id, int pidfd, pid_t pid, uin
 int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err)
 {
     sbx_box *b = calloc(1, sizeof *b);
-    if (!b)
+    /* 14 KiB: not on a request thread's stack */
+    _cleanup_free_ sbx_spawn_req *req = calloc(1, sizeof *req);
+    if (!b || !req) {
+        free(b);
         return sbx_error_set(err, ENOMEM, "sandbox");
+    }
     b->pidfd = -1;
     snprintf(b->id, sizeof b->id, "%s", row->id);
     snprintf(b->key_id, sizeof b->key_id, "%s", row->key_id);
@@ -189,31 +195,48 @@ int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err)
     b->timeout_s = row->timeout_s;
     b->pause_on_timeout = strcmp(row->on_timeout, "pause") == 0;
     pthread_mutex_init(&b->pause_lock, NULL);
-    if (sbx_template_open(&b->tpl, reg->home, row->template_name, reg->uid_base, err) < 0)
+    /* From reading the stack until the sandbox is in the registry (where a
+     * sweep of unused layers sees what it mounts), no layer of it may go. */
+    sbx_layers_use_lock();
+    /* The template version: the one the caller pinned (the snapshot's, for
+     * a sandbox made from one), else the template as installed now. */
+    bool have_stack = row->stack && row->stack[0];
+    if ((have_stack ? sbx_template_open_stack(&b->tpl, reg->home, row->template_name, row->stack, reg->uid_base, err)
+                    : sbx_template_open(&b->tpl, reg->home, row->template_name, reg->uid_base, err)) < 0)
         goto fail;
+    if (!have_stack) { /* what the spawner mounts and the row records: one version */
+        free(row->stack);
+        row->stack = sbx_template_stack_text(&b->tpl);
+        snprintf(row->template_id, sizeof row->template_id, "%s", b->tpl.id);
+    }
+    if (!row->stack || strlen(row->stack) >= sizeof req->stack) {
+        sbx_error_set(err, row->stack ? E2BIG : ENOMEM, "template '%s': its stack", row->template_name);
+        goto fail;
+    }
 
-    sbx_spawn_req req = { 0 };
-    snprintf(req.id, sizeof req.id, "%s", row->id);
-    snprintf(req.template_name, sizeof req.template_name, "%s", row->template_name);
-    snprintf(req.sock_path, sizeof req.sock_path, "%s", b->sock);
+    snprintf(req->id, sizeof req->id, "%s", row->id);
+    snprintf(req->template_name, sizeof req->template_name, "%s", row->template_name);
+    snprintf(req->sock_path, sizeof req->sock_path, "%s", b->sock);
+    snprintf(req->stack, sizeof req->stack, "%s", row->stack);
     /* the snapshot's layer, then the layers of the snapshots below it */
     char snap[33];
     snprintf(snap, sizeof snap, "%s", row->snapshot_id);
     for (int depth = 0; snap[0]; depth++) {
         sbx_snap_row sr;
-        size_t l = strlen(req.layer);
+        size_t l = strlen(req->layer);
         if (depth == SBX_MAX_SNAPSHOT_DEPTH || sbx_store_snap_get(reg->store, snap, NULL, &sr) != 1) {
             sbx_error_set(err, ENOENT, "snapshot %s: %s", snap,
                           depth == SBX_MAX_SNAPSHOT_DEPTH ? "more than 8 layers deep" : "not found");
             goto fail;
         }
-        snprintf(req.layer + l, sizeof req.layer - l, "%s%s/snapshots/%s", l ? ":" : "", reg->home, snap);
+        snprintf(req->layer + l, sizeof req->layer - l, "%s%s/snapshots/%s", l ? ":" : "", reg->home, snap);
         snprintf(snap, sizeof snap, "%s", sr.parent_id);
+        sbx_snap_row_free(&sr);
     }
-    req.memory_bytes = row->memory_mb << 20;
-    req.disk_bytes = b->disk_bytes;
-    req.millicpus = row->millicpus;
-    req.pids = row->pids;
+    req->memory_bytes = row->memory_mb << 20;
+    req->disk_bytes = b->disk_bytes;
+    req->millicpus = row->millicpus;
+    req->pids = row->pids;
     /* Recorded before it exists: if sbxd dies during the create, the
      * restart finds a "running" row without a live init and cleans up the
      * cgroups by id, instead of leaking them unrecorded. */
@@ -222,7 +245,7 @@ int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err)
     if (sbx_store_box_insert(reg->store, row, err) < 0)
         goto fail;
     sbx_spawn_reply rep;
-    if (sbx_spawner_create(reg->spawner, &req, &rep, err) < 0) {
+    if (sbx_spawner_create(reg->spawner, req, &rep, err) < 0) {
         sbx_store_box_delete(reg->store, row->id);
         goto fail;
     }
@@ -239,9 +262,11 @@ int sbx_reg_create(sbx_registry *reg, sbx_box_row *row, sbx_error *err)
         goto fail;
     }
     add(reg, b);
+    sbx_layers_use_unlock();
     sbx_store_event(reg->store, row->id, row->key_id, "created", row->template_name);
     return 0;
 fail:
+    sbx_layers_use_unlock();
     box_free(b);
     return -1;
 }
@@ -488,7 +513,11 @@ static void reattach(sbx_registry *reg, sbx_box_row *row)
     b->paused = strcmp(row->state, "paused") == 0;
     b->paused_remaining_ms = row->paused_remaining_ms;
     pthread_mutex_init(&b->pause_lock, NULL);
-    if (sbx_template_open(&b->tpl, reg->home, row->template_name, reg->uid_base, &err) < 0 ||
+    /* the version it was made on (rows from before stacks were recorded:
+     * the template as it is now) */
+    bool have_stack = row->stack && row->stack[0];
+    if ((have_stack ? sbx_template_open_stack(&b->tpl, reg->home, row->template_name, row->stack, reg->uid_base, &err)
+                    : sbx_template_open(&b->tpl, reg->home, row->template_name, reg->uid_base, &err)) < 0 ||
         sbx_cgroup_open(&b->cg, reg->host, row->id, &err) < 0) {
         sbx_log("warn", "event=reconcile sandbox=%s error=\"%s\"", row->id, err.msg);
         box_free(b);

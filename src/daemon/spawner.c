@@ -105,7 +105,8 @@ static void create(const struct spawner_ctx *ctx, const sbx_spawn_req *req, sbx_
     sbx_template tpl;
     sbx_sandbox sb;
     memset(rep, 0, sizeof *rep);
-    if (sbx_template_open(&tpl, ctx->home, req->template_name, ctx->uid_base, &err) < 0)
+    if ((req->stack[0] ? sbx_template_open_stack(&tpl, ctx->home, req->template_name, req->stack, ctx->uid_base, &err)
+                       : sbx_template_open(&tpl, ctx->home, req->template_name, ctx->uid_base, &err)) < 0)
         goto fail;
     sbx_spec spec;
     sbx_spec_init(&spec);
@@ -173,6 +174,7 @@ static _Noreturn void spawner_main(const struct spawner_ctx *ctx, int sock)
                 _exit(0); /* sbxd is gone */
             req.id[sizeof req.id - 1] = req.template_name[sizeof req.template_name - 1] = '\0';
             req.layer[sizeof req.layer - 1] = '\0';
+            req.stack[sizeof req.stack - 1] = '\0';
             req.sock_path[sizeof req.sock_path - 1] = '\0';
             sbx_spawn_reply rep;
             create(ctx, &req, &rep);

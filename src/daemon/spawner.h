@@ -23,6 +23,10 @@ typedef struct sbx_spawn_req {
     char template_name[65];
     char sock_path[108];
     char layer[2048]; /* snapshot layers over the template, ':'-joined, top first; "" for none */
+    /* the template version to mount: its `stack` text (template.h), so the
+     * spawner mounts exactly what sbxd recorded, even if the template was
+     * rebuilt since; "" for none (base, hand-made: opened by name) */
+    char stack[12288];
     uint64_t memory_bytes, disk_bytes;
     uint32_t millicpus, pids;
 } sbx_spawn_req;

@@ -40,13 +40,17 @@ static const char SCHEMA[] =
     "  paused_remaining_ms INTEGER NOT NULL DEFAULT 0, on_timeout TEXT NOT NULL DEFAULT 'kill',"
     "  snapshot_id TEXT NOT NULL DEFAULT '',"
     /* the network policy (egress.h), as the API shows it */
-    "  network TEXT NOT NULL DEFAULT '{\"mode\":\"none\"}');"
+    "  network TEXT NOT NULL DEFAULT '{\"mode\":\"none\"}',"
+    /* the template version it was made on (store.h: sbx_box_row) */
+    "  template_id TEXT NOT NULL DEFAULT '', stack TEXT NOT NULL DEFAULT '', start TEXT NOT NULL DEFAULT '');"
     /* a snapshot: a sandbox's writable layer, kept under HOME/snapshots/<id> */
     "CREATE TABLE IF NOT EXISTS snapshots("
     "  id TEXT PRIMARY KEY, key_id TEXT NOT NULL, sandbox_id TEXT NOT NULL, template TEXT NOT NULL,"
     "  created_at INTEGER NOT NULL, size_bytes INTEGER NOT NULL,"
     /* the snapshot the sandbox itself was made from: its layer lies below */
-    "  parent_id TEXT NOT NULL DEFAULT '');"
+    "  parent_id TEXT NOT NULL DEFAULT '',"
+    /* what its sandbox was made on: a sandbox made from it mounts that */
+    "  template_id TEXT NOT NULL DEFAULT '', stack TEXT NOT NULL DEFAULT '', start TEXT NOT NULL DEFAULT '');"
     "CREATE INDEX IF NOT EXISTS sandboxes_key_state ON sandboxes(key_id, state);"
     "CREATE TABLE IF NOT EXISTS commands("
     "  sandbox_id TEXT NOT NULL, pid INTEGER NOT NULL, argv TEXT NOT NULL, background INTEGER NOT NULL,"
@@ -93,6 +97,14 @@ int sbx_store_open(sbx_store **out, const char *path, sbx_error *err)
         "ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'kill'",
         "ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '{\"mode\":\"none\"}'",
+        /* template versions: rows from before have '' (their template's
+         * current stack and start command, as then) */
+        "ALTER TABLE sandboxes ADD COLUMN template_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sandboxes ADD COLUMN stack TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sandboxes ADD COLUMN start TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE snapshots ADD COLUMN template_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE snapshots ADD COLUMN stack TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE snapshots ADD COLUMN start TEXT NOT NULL DEFAULT ''",
     };
     for (size_t i = 0; i < sizeof added / sizeof *added; i++)
         sqlite3_exec(st->db, added[i], NULL, NULL, NULL);
@@ -228,28 +240,50 @@ void sbx_box_row_free(sbx_box_row *r)
     json_decref(r->metadata);
     json_decref(r->envs);
     json_decref(r->network);
-    r->metadata = r->envs = r->network = NULL;
+    json_decref(r->start);
+    free(r->stack);
+    r->metadata = r->envs = r->network = r->start = NULL;
+    r->stack = NULL;
+}
+
+/* A start pin's text for its column: "" for none. */
+static char *start_text(json_t *start)
+{
+    return start ? json_dumps(start, JSON_COMPACT) : strdup("");
+}
+
+static json_t *start_of(const char *text)
+{
+    json_t *j = text[0] ? json_loads(text, 0, NULL) : NULL;
+    if (j && !json_is_object(j)) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
 }
 
 int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err)
 {
     char *md = json_dumps(r->metadata, JSON_COMPACT), *ev = json_dumps(r->envs, JSON_COMPACT);
     char *net = r->network ? json_dumps(r->network, JSON_COMPACT) : strdup("{\"mode\":\"none\"}");
+    char *start = start_text(r->start);
     int rc = -1;
-    if (md && ev && net)
+    if (md && ev && net && start)
         rc = LOCKED(st, exec_stmt(st, run(st,
                                           "INSERT INTO sandboxes(id, key_id, template, state, created_at, expires_at, "
                                           "timeout_s, metadata, envs, millicpus, memory_mb, disk_mb, pids, init_pid, "
-                                          "init_start, on_timeout, snapshot_id, network) "
-                                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                                          "ssssiiissiiiiiisss", r->id, r->key_id, r->template_name, r->state,
+                                          "init_start, on_timeout, snapshot_id, network, template_id, stack, start) "
+                                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                          "ssssiiissiiiiiissssss", r->id, r->key_id, r->template_name, r->state,
                                           r->created_at, r->expires_at, r->timeout_s, md, ev, (int64_t) r->millicpus,
                                           (int64_t) r->memory_mb, (int64_t) r->disk_mb, (int64_t) r->pids,
                                           (int64_t) r->init_pid, (int64_t) r->init_start,
-                                          r->on_timeout[0] ? r->on_timeout : "kill", r->snapshot_id, net)));
+                                          r->on_timeout[0] ? r->on_timeout : "kill", r->snapshot_id, net,
+                                          r->template_id, r->stack ? r->stack : "", start)));
     free(md);
     free(ev);
     free(net);
+    free(start);
     if (rc < 0)
         return sbx_error_set(err, EIO, "record sandbox %s", r->id);
     return 0;
@@ -258,7 +292,7 @@ int sbx_store_box_insert(sbx_store *st, const sbx_box_row *r, sbx_error *err)
 #define BOX_COLUMNS                                                                                                    \
     "id, key_id, template, state, created_at, expires_at, ended_at, end_reason, timeout_s, metadata, envs, "          \
     "millicpus, memory_mb, disk_mb, pids, init_pid, init_start, cpu_seconds, gib_seconds, paused_remaining_ms, "    \
-    "on_timeout, snapshot_id, network"
+    "on_timeout, snapshot_id, network, template_id, stack, start"
 
 static void read_row(sqlite3_stmt *s, sbx_box_row *r)
 {
@@ -290,6 +324,9 @@ static void read_row(sqlite3_stmt *s, sbx_box_row *r)
     snprintf(r->on_timeout, sizeof r->on_timeout, "%s", col_text(s, 20));
     snprintf(r->snapshot_id, sizeof r->snapshot_id, "%s", col_text(s, 21));
     r->network = json_loads(col_text(s, 22), 0, NULL);
+    snprintf(r->template_id, sizeof r->template_id, "%s", col_text(s, 23));
+    r->stack = strdup(col_text(s, 24));
+    r->start = start_of(col_text(s, 25));
 }
 
 int sbx_store_box_get(sbx_store *st, const char *id, sbx_box_row *out)
@@ -517,15 +554,46 @@ json_t *sbx_store_state_counts(sbx_store *st)
 
 /* ---- snapshots ---- */
 
-#define SNAP_COLUMNS "id, key_id, sandbox_id, template, created_at, size_bytes, parent_id"
+#define SNAP_COLUMNS "id, key_id, sandbox_id, template, created_at, size_bytes, parent_id, template_id, stack, start"
+
+void sbx_snap_row_free(sbx_snap_row *r)
+{
+    free(r->stack);
+    json_decref(r->start);
+    r->stack = NULL;
+    r->start = NULL;
+}
 
 int sbx_store_snap_insert(sbx_store *st, const sbx_snap_row *r)
 {
-    return LOCKED(st, exec_stmt(st, run(st,
-                                        "INSERT INTO snapshots(id, key_id, sandbox_id, template, created_at, size_bytes, "
-                                        "parent_id) VALUES(?,?,?,?,?,?,?)",
-                                        "ssssiis", r->id, r->key_id, r->sandbox_id, r->template_name, r->created_at,
-                                        r->size_bytes, r->parent_id)));
+    char *start = start_text(r->start);
+    int rc = start ? LOCKED(st, exec_stmt(st, run(st,
+                                                  "INSERT INTO snapshots(id, key_id, sandbox_id, template, created_at, "
+                                                  "size_bytes, parent_id, template_id, stack, start) "
+                                                  "VALUES(?,?,?,?,?,?,?,?,?,?)",
+                                                  "ssssiissss", r->id, r->key_id, r->sandbox_id, r->template_name,
+                                                  r->created_at, r->size_bytes, r->parent_id, r->template_id,
+                                                  r->stack ? r->stack : "", start)))
+                   : -1;
+    free(start);
+    return rc;
+}
+
+json_t *sbx_store_snap_stacks(sbx_store *st)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&st->lock);
+    sqlite3_stmt *s = run(st, "SELECT stack FROM snapshots WHERE stack != ''", "");
+    int rc = SQLITE_ERROR;
+    while (s && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        json_array_append_new(arr, json_string(col_text(s, 0)));
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    if (rc != SQLITE_DONE) { /* a partial list would free layers still needed */
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
 }
 
 static void read_snap(sqlite3_stmt *s, sbx_snap_row *r)
@@ -538,6 +606,9 @@ static void read_snap(sqlite3_stmt *s, sbx_snap_row *r)
     r->created_at = sqlite3_column_int64(s, 4);
     r->size_bytes = sqlite3_column_int64(s, 5);
     snprintf(r->parent_id, sizeof r->parent_id, "%s", col_text(s, 6));
+    snprintf(r->template_id, sizeof r->template_id, "%s", col_text(s, 7));
+    r->stack = strdup(col_text(s, 8));
+    r->start = start_of(col_text(s, 9));
 }
 
 int sbx_store_snap_get(sbx_store *st, const char *id, const char *key_id, sbx_snap_row *out)
@@ -601,17 +672,20 @@ int sbx_store_snap_users(sbx_store *st, const char *id)
     return n;
 }
 
-int sbx_store_template_use(sbx_store *st, const char *name, int64_t *live, int64_t *snapshots)
+int sbx_store_template_use(sbx_store *st, const char *name, int64_t *live, int64_t *snapshots, int64_t *pooled)
 {
     pthread_mutex_lock(&st->lock);
     sqlite3_stmt *s = run(st,
                           "SELECT (SELECT count(*) FROM sandboxes WHERE template = ?1 AND state IN "
-                          "('running','paused','pooled')), (SELECT count(*) FROM snapshots WHERE template = ?1)",
+                          "('running','paused','pooled')), (SELECT count(*) FROM snapshots WHERE template = ?1), "
+                          "(SELECT count(*) FROM sandboxes WHERE template = ?1 AND state = 'pooled')",
                           "s", name);
     int ok = s && sqlite3_step(s) == SQLITE_ROW;
     if (ok) {
         *live = sqlite3_column_int64(s, 0);
         *snapshots = sqlite3_column_int64(s, 1);
+        if (pooled)
+            *pooled = sqlite3_column_int64(s, 2);
     }
     sqlite3_finalize(s);
     pthread_mutex_unlock(&st->lock);

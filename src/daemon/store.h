@@ -54,6 +54,14 @@ typedef struct sbx_box_row {
     char on_timeout[8];          /* "kill" (default) or "pause" */
     char snapshot_id[33];        /* made from this snapshot, "" if from the bare template */
     json_t *network;             /* owned: its network policy's JSON (egress.h); NULL: none */
+    /* The template version it was made on: its id ("" for base and
+     * hand-made ones), the `stack` text its mounts came from (template.h;
+     * owned, NULL or "" in rows older than this column: the template's
+     * current stack) and its start command and readiness check
+     * ({start, ready, ready_timeout_s}, owned; NULL: none recorded). */
+    char template_id[33];
+    char *stack;
+    json_t *start;
 } sbx_box_row;
 
 void sbx_box_row_free(sbx_box_row *r);
@@ -104,12 +112,22 @@ typedef struct sbx_snap_row {
     char template_name[65];
     int64_t created_at, size_bytes;
     char parent_id[33]; /* the layer below (the sandbox was made from it), "" if none */
+    /* what the sandbox was made on, as in sbx_box_row: a sandbox made from
+     * the snapshot mounts that stack, not the template's current one */
+    char template_id[33];
+    char *stack;        /* owned; "" in rows older than the column */
+    json_t *start;      /* owned; NULL: none recorded */
 } sbx_snap_row;
+
+void sbx_snap_row_free(sbx_snap_row *r);
 
 int sbx_store_snap_insert(sbx_store *st, const sbx_snap_row *r);
 /* 1 found (and key_id's, unless key_id is NULL), 0 not. */
 int sbx_store_snap_get(sbx_store *st, const char *id, const char *key_id, sbx_snap_row *out);
 int sbx_store_snap_list(sbx_store *st, const char *key_id, sbx_snap_row **rows, size_t *n);
+/* The stacks of every snapshot, of any key (the layers they need): a JSON
+ * array of strings; NULL on a database error. */
+json_t *sbx_store_snap_stacks(sbx_store *st);
 int sbx_store_snap_delete(sbx_store *st, const char *id);
 /* What still needs its layer: sandboxes made from it that are live or not
  * yet cleaned up (mounted), and snapshots stacked on it.  -1 on error. */
@@ -123,8 +141,9 @@ int sbx_store_box_set_network(sbx_store *st, const char *id, json_t *network);
 json_t *sbx_store_events(sbx_store *st, const char *box, const char *kind, int64_t limit);
 
 /* How many live (running, paused, pooled) sandboxes and snapshots use the
- * template `name`, of any key.  0, or -1 on a database error. */
-int sbx_store_template_use(sbx_store *st, const char *name, int64_t *live, int64_t *snapshots);
+ * template `name`, of any key, and how many of the live ones are pooled
+ * (pooled may be NULL).  0, or -1 on a database error. */
+int sbx_store_template_use(sbx_store *st, const char *name, int64_t *live, int64_t *snapshots, int64_t *pooled);
 
 int64_t sbx_now_wall_ms(void);
 

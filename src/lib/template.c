@@ -201,15 +201,15 @@ static int open_base(sbx_template *tpl, const char *home, uid_t uid_base, sbx_er
         tpl->binds[tpl->n_binds++] = (sbx_bind){ base_host_paths[i], base_host_paths[i], true };
     }
     snprintf(tpl->rootfs, sizeof tpl->rootfs, "%s/templates/base/rootfs", home);
+    tpl->root_base = true;
     return 0;
 }
 
-/* Read templates/<name>/stack (see template.h).  0, or -1 with err. */
-static int read_stack(sbx_template *tpl, const char *path, const char *home, uid_t uid_base, sbx_error *err)
+/* Parse the lines of a `stack` (see template.h) into tpl; `origin` names
+ * where they come from, for messages.  0, or -1 with err. */
+static int parse_stack(sbx_template *tpl, char *text, const char *origin, const char *home, uid_t uid_base,
+                       sbx_error *err)
 {
-    _cleanup_free_ char *text = sbx_read_file_alloc(path, NULL);
-    if (!text)
-        return sbx_error_set(err, errno, "read %s", path);
     size_t n_layers = 0;
     bool have_root = false;
     for (char *line = text, *next; line && *line; line = next) {
@@ -218,7 +218,7 @@ static int read_stack(sbx_template *tpl, const char *path, const char *home, uid
             *next++ = '\0';
         char *val = strchr(line, ' ');
         if (!val)
-            return sbx_error_set(err, EINVAL, "%s: bad line '%s'", path, line);
+            return sbx_error_set(err, EINVAL, "%s: bad line '%s'", origin, line);
         *val++ = '\0';
         if (strcmp(line, "root") == 0) {
             if (strcmp(val, "base") == 0) {
@@ -233,7 +233,7 @@ static int read_stack(sbx_template *tpl, const char *path, const char *home, uid
             if (++n_layers > SBX_TEMPLATE_MAX_LAYERS || strchr(val, ':') ||
                 snprintf(tpl->layers + l, sizeof tpl->layers - l, "%s%s", l ? ":" : "", val) >=
                     (int) (sizeof tpl->layers - l))
-                return sbx_error_set(err, E2BIG, "%s: too many layers, or a bad one", path);
+                return sbx_error_set(err, E2BIG, "%s: too many layers, or a bad one", origin);
         } else if (strcmp(line, "user") == 0) {
             snprintf(tpl->user, sizeof tpl->user, "%s", val);
         } else if (strcmp(line, "workdir") == 0) {
@@ -243,16 +243,42 @@ static int read_stack(sbx_template *tpl, const char *path, const char *home, uid
         } /* other keys: from a newer sbx, not needed to mount */
     }
     if (!have_root)
-        return sbx_error_set(err, EINVAL, "%s: no root", path);
+        return sbx_error_set(err, EINVAL, "%s: no root", origin);
+    return 0;
+}
+
+/* Read templates/<name>/stack.  0, or -1 with err. */
+static int read_stack(sbx_template *tpl, const char *path, const char *home, uid_t uid_base, sbx_error *err)
+{
+    _cleanup_free_ char *text = sbx_read_file_alloc(path, NULL);
+    if (!text)
+        return sbx_error_set(err, errno, "read %s", path);
+    return parse_stack(tpl, text, path, home, uid_base, err);
+}
+
+static bool build_name(const char *name)
+{
+    return strncmp(name, SBX_BUILD_TEMPLATE_PREFIX, strlen(SBX_BUILD_TEMPLATE_PREFIX)) == 0 &&
+           sbx_template_name_valid(name + 1);
+}
+
+/* The root must be there: a missing one is an unknown template. */
+static int check_rootfs(const sbx_template *tpl, const char *name, sbx_error *err)
+{
+    struct stat st;
+    if (stat(tpl->rootfs, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        sbx_error_set(err, 0, "template '%s' not found (no directory %s)", name, tpl->rootfs);
+        if (err)
+            err->errno_ = ENOENT; /* callers tell "unknown" from other failures; the message says it already */
+        return -1;
+    }
     return 0;
 }
 
 int sbx_template_open(sbx_template *tpl, const char *home, const char *name, uid_t uid_base, sbx_error *err)
 {
     memset(tpl, 0, sizeof *tpl);
-    bool build = strncmp(name, SBX_BUILD_TEMPLATE_PREFIX, strlen(SBX_BUILD_TEMPLATE_PREFIX)) == 0 &&
-                 sbx_template_name_valid(name + 1);
-    if (!build && !sbx_template_name_valid(name))
+    if (!build_name(name) && !sbx_template_name_valid(name))
         return sbx_error_set(err, 0, "invalid template name '%s': use 1-64 letters, digits, '.', '_' or '-'", name);
     snprintf(tpl->name, sizeof tpl->name, "%s", name);
     if (strcmp(name, "base") == 0)
@@ -266,12 +292,74 @@ int sbx_template_open(sbx_template *tpl, const char *home, const char *name, uid
                (int) sizeof tpl->rootfs) {
         return sbx_error_set(err, ENAMETOOLONG, "template path");
     }
-    struct stat st;
-    if (stat(tpl->rootfs, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        sbx_error_set(err, 0, "template '%s' not found (no directory %s)", name, tpl->rootfs);
-        if (err)
-            err->errno_ = ENOENT; /* callers tell "unknown" from other failures; the message says it already */
+    return check_rootfs(tpl, name, err);
+}
+
+int sbx_template_open_stack(sbx_template *tpl, const char *home, const char *name, const char *stack, uid_t uid_base,
+                            sbx_error *err)
+{
+    memset(tpl, 0, sizeof *tpl);
+    if (!build_name(name) && !sbx_template_name_valid(name))
+        return sbx_error_set(err, 0, "invalid template name '%s': use 1-64 letters, digits, '.', '_' or '-'", name);
+    snprintf(tpl->name, sizeof tpl->name, "%s", name);
+    _cleanup_free_ char *text = strdup(stack);
+    if (!text)
+        return sbx_error_set(err, ENOMEM, "template '%s'", name);
+    char origin[120];
+    snprintf(origin, sizeof origin, "the recorded stack of template '%s'", name);
+    if (parse_stack(tpl, text, origin, home, uid_base, err) < 0)
         return -1;
+    return check_rootfs(tpl, name, err);
+}
+
+char *sbx_template_stack_text(const sbx_template *tpl)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    if (tpl->id[0])
+        fprintf(f, "id %s\n", tpl->id);
+    if (tpl->root_base)
+        fprintf(f, "root base\n");
+    else
+        fprintf(f, "root %s\n", tpl->rootfs);
+    for (const char *p = tpl->layers; *p;) {
+        const char *end = strchr(p, ':');
+        size_t n = end ? (size_t) (end - p) : strlen(p);
+        fprintf(f, "layer %.*s\n", (int) n, p);
+        p = end ? end + 1 : p + n;
+    }
+    if (tpl->user[0])
+        fprintf(f, "user %s\n", tpl->user);
+    if (tpl->workdir[0])
+        fprintf(f, "workdir %s\n", tpl->workdir);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+int sbx_template_read_id(const char *home, const char *name, char out[33])
+{
+    out[0] = '\0';
+    if (!sbx_template_name_valid(name))
+        return -1;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/templates/%s/stack", home, name);
+    _cleanup_free_ char *text = sbx_read_file_alloc(path, NULL);
+    if (!text)
+        return errno == ENOENT ? 0 : -1; /* base and hand-made templates: no id */
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        if (strncmp(line, "id ", 3) == 0) {
+            snprintf(out, 33, "%s", line + 3);
+            break;
+        }
     }
     return 0;
 }

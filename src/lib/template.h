@@ -29,6 +29,7 @@
 #ifndef SBX_TEMPLATE_H
 #define SBX_TEMPLATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -49,6 +50,7 @@ typedef struct sbx_template {
     size_t n_binds;
     char user[64];         /* default user of commands; "" for "user" */
     char workdir[1024];    /* default working directory; "" for the user's home */
+    bool root_base;        /* the root is base's tree (and its binds): "root base" in a stack */
 } sbx_template;
 
 /* Template names: 1-64 of [A-Za-z0-9._-], not starting with '.' or '-'. */
@@ -60,6 +62,21 @@ int sbx_template_name_valid(const char *name);
 
 /* Find (and for `base`, create on first use) the template. */
 int sbx_template_open(sbx_template *tpl, const char *home, const char *name, uid_t uid_base, sbx_error *err);
+
+/* Open a template from the text of a `stack` recorded earlier (sbxd keeps
+ * the stack each sandbox and snapshot was made on, so that they mount
+ * exactly that version after a rebuild of the template).  name is only
+ * the template's name, for messages and user lookups. */
+int sbx_template_open_stack(sbx_template *tpl, const char *home, const char *name, const char *stack, uid_t uid_base,
+                            sbx_error *err);
+
+/* The `stack` text of an open template (malloc'd; NULL: out of memory):
+ * what sbx_template_open_stack reads back. */
+char *sbx_template_stack_text(const sbx_template *tpl);
+
+/* The id line of templates/<name>/stack into out: the version installed
+ * now ("" for base and hand-made templates).  0, or -1 if unreadable. */
+int sbx_template_read_id(const char *home, const char *name, char out[33]);
 
 /* The host path of `rel` (relative to the sandbox's /) in the template's
  * layers, top first, then its root; -1 if no layer has it. */

@@ -10,6 +10,7 @@ recycled); the pool refills; a pooled sandbox that dies is replaced; a
 restart, even after SIGKILL, drains the old pool and leaves user sandboxes
 alone; a graceful stop leaves nothing behind."""
 
+import json
 import os
 import re
 import signal
@@ -28,21 +29,29 @@ def prom(c, name, template="base"):
     return float(m.group(1)) if m else None
 
 
-def wait_ready(c, n, within=30):
+def wait_ready(c, n, within=30, template="base"):
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if prom(c, "sbx_pool_ready") == n:
+        if prom(c, "sbx_pool_ready", template) == n:
             return
         time.sleep(0.05)
-    raise AssertionError(f"pool not at {n} within {within} s: {c.get('/metrics').text}")
+    raise AssertionError(f"pool of {template} not at {n} within {within} s: {c.get('/metrics').text}")
 
 
-def pooled_rows(d):
+def pooled_rows(d, template=None):
     db = sqlite3.connect(os.path.join(d.home, "sbxd.db"), timeout=10)
     try:
-        return db.execute("SELECT id, init_pid, key_id FROM sandboxes WHERE state = 'pooled'").fetchall()
+        return db.execute("SELECT id, init_pid, key_id FROM sandboxes WHERE state = 'pooled' AND (?1 IS NULL OR "
+                          "template = ?1)", (template,)).fetchall()
     finally:
         db.close()
+
+
+def build(c, name, spec):
+    r = c.req("POST", "/v1/templates", params={"name": name}, data=json.dumps(spec).encode(),
+              headers={"Content-Type": "application/json"}, timeout=600)
+    assert r.status_code == 201, r.text
+    return r.json()
 
 
 def row(d, sid):
@@ -62,6 +71,7 @@ def test_pooled_sandboxes_belong_to_nobody(make_sbxd):
     d = make_sbxd("--pool", "3")
     c = d.client()
     wait_ready(c, 3)
+    assert prom(c, "sbx_pool_size") == 3
     rows = pooled_rows(d)
     assert len(rows) == 3 and all(k == "" for _, _, k in rows)
     assert c.get("/v1/sandboxes").json()["sandboxes"] == []
@@ -234,3 +244,100 @@ def test_pool_option_errors(make_sbxd):
         r = subprocess.run([sbxd_bin(), "--pool", bad, "--home", "/nonexistent-sbx-test"], capture_output=True,
                            timeout=30)
         assert r.returncode == 2 and b"--pool" in r.stderr, (bad, r.returncode, r.stderr)
+
+
+def version_spec(v):
+    return {"from": "base", "steps": [{"run": f"echo {v} > /version && echo {v} > /only-{v}"}]}
+
+
+def test_a_rebuilt_templates_pool_hands_out_the_new_version(make_sbxd):
+    """--pool NAME=1 of a custom template: the pool waits for the template,
+    fills from its first build, and a rebuild renews it -- the next create
+    sees the new version (never a pooled sandbox of the old one), the old
+    pooled sandbox ends unused, and the pool refills from the new one."""
+    name = "pooled-app"
+    d = make_sbxd("--pool", "1", "--pool", f"{name}=1")
+    c = d.client()
+    assert prom(c, "sbx_pool_size", name) == 1 and prom(c, "sbx_pool_size") == 1
+    v1 = build(c, name, version_spec("v1"))
+    wait_ready(c, 1, template=name)  # the build started the waiting pool (no minute of back-off)
+    old = [r[0] for r in pooled_rows(d, name)]
+    assert len(old) == 1
+    v2 = build(c, name, version_spec("v2"))
+    assert v2["id"] != v1["id"]
+    s = c.create(template=name)
+    assert c.sh(s["id"], "cat /version; ls /only-v1 2>/dev/null || echo no-v1") == "v2\nno-v1\n"
+    st = row(d, old[0])
+    assert st[0] == "deleted" and "rebuilt" in st[1], st
+    assert s["id"] != old[0]
+    wait_ready(c, 1, template=name)
+    new = [r[0] for r in pooled_rows(d, name)]
+    hits = prom(c, "sbx_pool_hits_total", name)
+    s2 = c.create(template=name)
+    assert s2["id"] == new[0] and prom(c, "sbx_pool_hits_total", name) == hits + 1, "not a pool hit"
+    assert c.sh(s2["id"], "cat /version") == "v2\n"
+    assert prom(c, "sbx_pool_stale_total", name) == 0  # renewed before any take could see it
+    # base's pool was not touched by any of it
+    assert prom(c, "sbx_pool_ready") == 1
+    assert d.check_clean(old) == {}
+
+
+def test_a_stale_pooled_sandbox_is_never_handed_out(make_sbxd):
+    """The guard in the take: a pooled sandbox whose template version is not
+    the installed one (the template swapped behind sbxd's back here, as a
+    rebuild racing a refill would) is ended, not handed out."""
+    name = "swapped"
+    d = make_sbxd("--pool", "0", "--pool", f"{name}=1")
+    c = d.client()
+    build(c, name, version_spec("v1"))
+    wait_ready(c, 1, template=name)
+    old = pooled_rows(d, name)[0][0]
+    # v2 built under another name, then put in place the way an install does
+    build(c, "other-v2", version_spec("v2"))
+    tdir = os.path.join(d.home, "templates")
+    os.rename(os.path.join(tdir, name), os.path.join(tdir, ".swapped-away"))
+    import shutil
+    shutil.copytree(os.path.join(tdir, "other-v2"), os.path.join(tdir, name))
+    try:
+        s = c.create(template=name)
+        assert s["id"] != old
+        assert c.sh(s["id"], "cat /version") == "v2\n"
+        st = row(d, old)
+        assert st[0] == "deleted" and "rebuilt" in st[1], st
+        assert prom(c, "sbx_pool_stale_total", name) == 1 and prom(c, "sbx_pool_hits_total", name) == 0
+    finally:
+        c.delete(f"/v1/sandboxes/{s['id']}")
+        shutil.rmtree(os.path.join(tdir, ".swapped-away"), ignore_errors=True)
+
+
+def test_removing_a_template_ends_its_pool(make_sbxd):
+    """A template whose only users are its own pooled sandboxes can be
+    removed: they end and its pool stops (no refill of a template that is
+    gone); built again, the pool starts again.  A sandbox of a user still
+    makes the removal a 409, and then the pool stays."""
+    name = "removable"
+    d = make_sbxd("--pool", "0", "--pool", f"{name}=2")
+    c = d.client()
+    build(c, name, version_spec("v1"))
+    wait_ready(c, 2, template=name)
+    mine = c.create(template=name)["id"]   # a hit: the pool refills to 2
+    wait_ready(c, 2, template=name)
+    r = c.delete(f"/v1/templates/{name}")
+    assert r.status_code == 409 and "1 live sandbox" in r.text, r.text
+    assert prom(c, "sbx_pool_ready", name) == 2 and len(pooled_rows(d, name)) == 2
+    assert c.delete(f"/v1/sandboxes/{mine}").status_code == 204
+    pooled = [x[0] for x in pooled_rows(d, name)]
+    r = c.delete(f"/v1/templates/{name}")
+    assert r.status_code == 204, r.text
+    for sid in pooled:
+        st = row(d, sid)
+        assert st[0] == "deleted" and "removed" in st[1], st
+    assert d.check_clean(pooled) == {}
+    time.sleep(2.5)  # a refill would have happened by now
+    assert prom(c, "sbx_pool_ready", name) == 0 and pooled_rows(d, name) == []
+    assert c.get(f"/v1/templates/{name}").status_code == 404
+    assert "event=pool_stopped template=" + name in d.log()
+    build(c, name, version_spec("v2"))
+    wait_ready(c, 2, template=name)
+    s = c.create(template=name)
+    assert c.sh(s["id"], "cat /version") == "v2\n"

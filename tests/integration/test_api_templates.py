@@ -181,11 +181,18 @@ def test_cache_reuses_an_unchanged_prefix(api):
 
 def test_events_stream(api):
     name = uniq("stream")
-    r = build(api, name, {"from": "base", "steps": [{"run": "echo out; echo err >&2"}, {"env": {"A": "1"}}]},
+    r = build(api, name, {"from": "base", "steps": [{"run": "echo out; echo err >&2; sleep 2"}, {"env": {"A": "1"}}]},
               stream=True)
     try:
         assert r.status_code == 200 and r.headers["Content-Type"].startswith("application/x-ndjson"), r.text
-        evs = list(build_events(r))
+        timed = list(events(r, until_end=False, timeout=300))
+        evs = [e for _, e in timed]
+        # events come as they happen, not at the end: the step's output and
+        # its start arrived while it still slept
+        at = {}
+        for t, e in timed:
+            at.setdefault(e["type"], t)
+        assert at["done"] - at["output"] > 1.5 and at["done"] - at["step"] > 1.5, at
         kinds = [e["type"] for e in evs]
         assert kinds[0] == "step" and kinds[-1] == "done", kinds
         assert evs[0]["index"] == 1 and evs[0]["total"] == 2 and evs[0]["cached"] is False
@@ -475,7 +482,7 @@ def test_cli_template_verbs(api, sbxd_daemon, tmp_path):
         {"copy": {"src": "app", "dest": "/home/user/app", "owner": "user"}},
         {"run": "echo building; python3 /home/user/app/main.py"}, {"workdir": "/home/user/app"}]}))
     env = {**os.environ, "SBX_URL": sbxd_daemon.url, "SBX_API_KEY": api.key}
-    sbx = os.path.join(os.path.dirname(__file__), "..", "..", "build", "sbx")
+    sbx = sbx_bin()
 
     def run(*args):
         return subprocess.run([sbx, *args], env=env, capture_output=True, text=True, timeout=300)
@@ -484,8 +491,11 @@ def test_cli_template_verbs(api, sbxd_daemon, tmp_path):
         assert r.returncode == 0, r.stderr
         assert len(r.stdout.strip()) == 32, r.stdout
         assert "[1/3] copy app /home/user/app" in r.stderr and "cli app" in r.stderr, r.stderr
+        # not a terminal: plain lines, no escape codes, nothing redrawn
+        assert "\x1b" not in r.stderr and "\r" not in r.stderr, repr(r.stderr)
         r = run("template", "build", "-f", str(tmp_path / "spec.json"), "--name", name)
         assert r.returncode == 0 and "(cached)" in r.stderr, r.stderr
+        assert "\x1b" not in r.stderr and "\r" not in r.stderr, repr(r.stderr)
         r = run("template", "ls")
         assert r.returncode == 0 and name in r.stdout and "base" in r.stdout, r.stdout
         r = run("template", "info", name)
@@ -500,6 +510,96 @@ def test_cli_template_verbs(api, sbxd_daemon, tmp_path):
         assert r.returncode == 0, r.stderr
         r = run("template", "rm", name)
         assert r.returncode == 125 and "no template" in r.stderr
+    finally:
+        remove(api, name)
+
+
+def sbx_bin():
+    return os.path.abspath(os.environ.get("SBX_BIN") or os.path.join(os.path.dirname(__file__), "..", "..", "build",
+                                                                      "sbx"))
+
+
+def on_a_terminal(args, env, timeout=300):
+    """Run sbx with stderr on a pseudo-terminal (stdout a pipe): the chunks
+    the terminal got, each with its arrival time, then stdout and the exit
+    status."""
+    import pty
+    import threading
+    master, slave = pty.openpty()
+    t0 = time.monotonic()
+    p = subprocess.Popen([sbx_bin(), *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    chunks = []
+
+    def read():
+        while True:
+            try:
+                b = os.read(master, 65536)
+            except OSError:  # EIO: the last writer closed the terminal
+                break
+            if not b:
+                break
+            chunks.append((time.monotonic() - t0, b))
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    reader.join(10)
+    os.close(master)
+    return chunks, out.decode(), p.returncode
+
+
+def test_cli_build_progress_on_a_terminal(api, sbxd_daemon, tmp_path):
+    """On a terminal, `sbx template build` keeps a status line under its
+    output - the step, its number, how long it has run - redrawn every
+    second while the step prints nothing, erased before each output line;
+    then "done in", and "(cached)" on a rebuild."""
+    name = uniq("tty")
+    (tmp_path / "spec.json").write_text(json.dumps({"from": "base", "steps": [
+        {"run": "echo first; sleep 3.5; echo last"}, {"env": {"A": "1"}}]}))
+    env = {**os.environ, "SBX_URL": sbxd_daemon.url, "SBX_API_KEY": api.key}
+    try:
+        chunks, out, rc = on_a_terminal(["template", "build", "-f", str(tmp_path / "spec.json"), "--name", name], env)
+        text = b"".join(b for _, b in chunks).decode(errors="replace")
+        assert rc == 0 and len(out.strip()) == 32, (rc, out, text)
+        assert "\x1b" not in out  # the id on stdout, plain
+        assert "\x1b[1m[1/2]\x1b[0m run echo first" in text, repr(text)
+        # the status line: step, number, time so far, redrawn in place
+        data = b"".join(b for _, b in chunks)
+        ends, n = [], 0
+        for t, b in chunks:
+            n += len(b)
+            ends.append((n, t))
+
+        def arrivals(pattern):
+            """When each occurrence of pattern had fully arrived."""
+            out, i = [], data.find(pattern)
+            while i >= 0:
+                out.append(next(t for end, t in ends if end >= i + len(pattern)))
+                i = data.find(pattern, i + 1)
+            return out
+        redraws = arrivals(b"\r\x1b[K\x1b[36m[1/2]\x1b[0m run echo first")
+        first_at = arrivals(b"\x1b[2mfirst\r\n")[0]  # output lines: dimmed
+        last_at = arrivals(b"\x1b[2mlast\r\n")[0]
+        silent = [t for t in redraws if first_at < t < last_at]
+        assert len(silent) >= 3, (first_at, last_at, redraws)
+        gaps = [b - a for a, b in zip([first_at] + silent, silent + [last_at])]
+        assert max(gaps) < 1.6, gaps  # at least once a second (with room for a loaded machine)
+        assert "(1s)" in text and "(2s)" in text and "(3s)" in text, repr(text)
+        # erased before an output line, never mixed with it
+        assert "\r\x1b[K\x1b[2mlast" in text, repr(text)
+        assert "done in 3." in text and "built template " + name in text, repr(text)
+        # nothing left of it at the end: its last drawing erased before the last line
+        last_status = text.rfind("\x1b[36m[")
+        erased = text.find("\r\x1b[K", last_status)
+        assert 0 <= last_status < erased < text.find("built template " + name), repr(text[-300:])
+        chunks, out, rc = on_a_terminal(["template", "build", "-f", str(tmp_path / "spec.json"), "--name", name], env)
+        text = b"".join(b for _, b in chunks).decode(errors="replace")
+        assert rc == 0 and "\x1b[32m(cached)\x1b[0m" in text, repr(text)
     finally:
         remove(api, name)
 
@@ -607,3 +707,31 @@ def test_bounds_on_specs_and_contexts(api, make_sbxd):
     while os.path.isdir(builds) and os.listdir(builds) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.isdir(builds) or not os.listdir(builds), os.listdir(builds)
+
+
+def test_layers_and_the_template_are_on_disk_before_they_are_named(make_sbxd):
+    """A built layer is synced before it is renamed into the cache (and the
+    rename synced); the template directory is synced before it is swapped
+    in: after a crash of the machine no template stands on a half-written
+    layer."""
+    from syscalls import first, traced
+    d = make_sbxd()
+    c = d.client()
+    name = uniq("durable")
+    with traced(d.pid, ["syncfs", "fsync", "rename", "renameat", "renameat2"]) as seen:
+        t = built(c, name, {"from": "base", "steps": [{"run": f"echo {name} > /f"}]})
+    key = t["layers"][0]["id"]
+    layers, templates = os.path.join(d.home, "layers"), os.path.join(d.home, "templates")
+    dump = "".join(line for _, line in seen)
+    synced = first(seen, lambda n, l: n == "syncfs" and f"<{layers}/.{key}.tmp." in l)
+    assert synced is not None, "the layer was never synced:\n" + dump
+    renamed = first(seen, lambda n, l: n.startswith("rename") and f"\"{layers}/{key}\"" in l, synced)
+    assert renamed is not None, dump
+    assert first(seen, lambda n, l: n == "fsync" and f"<{layers}>" in l, renamed) is not None, dump
+    tsynced = first(seen, lambda n, l: n == "syncfs" and f"<{templates}/.{name}.tmp." in l, renamed)
+    assert tsynced is not None, "the template directory was never synced:\n" + dump
+    installed = first(seen, lambda n, l: n.startswith("rename") and f"\"{templates}/{name}\"" in l, tsynced)
+    assert installed is not None, dump
+    assert first(seen, lambda n, l: n == "fsync" and f"<{templates}>" in l, installed) is not None, dump
+    sid = c.create(template=name)["id"]
+    assert c.sh(sid, "cat /f") == name + "\n"

@@ -179,3 +179,43 @@ def test_pause_resume_snapshot_fork(sbxd):
     assert "(conflict)" in sbx(sbxd, "snapshot", "rm", snap, check=125).stderr.decode()
     assert "from 1 to 16" in sbx(sbxd, "fork", "-n", "0", src, check=2).stderr.decode()
     sbx(sbxd, "kill", src, new, *kids, check=0)
+    # once nothing made from them is live: `sbx snapshot rm` deletes them,
+    # the fork's snapshot too (the killed sandboxes' clean-up finishes in
+    # the background, so the first tries may still be a conflict)
+    fork_snap = json.loads(sbx(sbxd, "info", kids[0], check=0).stdout)["snapshot_id"]
+    for s in (snap, fork_snap):
+        deadline = time.monotonic() + 15
+        while True:
+            r = sbx(sbxd, "snapshot", "rm", s)
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+            assert b"(conflict)" in r.stderr, r.stderr
+            time.sleep(0.2)
+        assert r.returncode == 0 and r.stdout == b"", (r.returncode, r.stdout, r.stderr)
+    listed = sbx(sbxd, "snapshot", "ls", check=0).stdout.decode()
+    assert snap not in listed and fork_snap not in listed, listed
+    assert b"(not_found)" in sbx(sbxd, "snapshot", "rm", snap, check=125).stderr
+    r = sbx(sbxd, "--json", "info", new, check=0)
+    assert json.loads(r.stdout)["state"] == "deleted"
+
+
+def test_create_on_timeout(sbxd):
+    """sbx create --on-timeout pause: the timeout pauses the sandbox (its
+    files kept) instead of ending it; kill is the default; anything else is
+    a usage error."""
+    sid = sbx(sbxd, "create", "--on-timeout", "pause", "--timeout", "2s", check=0).stdout.decode().strip()
+    info = json.loads(sbx(sbxd, "info", sid, check=0).stdout)
+    assert info["on_timeout"] == "pause" and info["timeout_s"] == 2, info
+    sbx(sbxd, "exec", sid, "--", "sh", "-c", "echo kept > f", check=0)
+    deadline = time.monotonic() + 15
+    while info["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        info = json.loads(sbx(sbxd, "info", sid, check=0).stdout)
+    assert info["state"] == "paused", info
+    sbx(sbxd, "resume", sid, check=0)
+    assert sbx(sbxd, "exec", sid, "--", "cat", "f", check=0).stdout == b"kept\n"
+    other = sbx(sbxd, "create", "--on-timeout", "kill", check=0).stdout.decode().strip()
+    assert json.loads(sbx(sbxd, "info", other, check=0).stdout)["on_timeout"] == "kill"
+    r = sbx(sbxd, "create", "--on-timeout", "sleep", check=2)
+    assert b"--on-timeout sleep: use pause or kill" in r.stderr, r.stderr
+    sbx(sbxd, "kill", sid, other, check=0)

@@ -1355,3 +1355,33 @@ def test_http_snapshots_fork_list_delete(mcp, mscope):
     c.tool_error("snapshot_delete", {"snapshot_id": "x\u0000y"})
     c.tool_error("snapshot_delete", {})
     c.ok("sandbox_kill", {"sandbox_id": sb})
+
+
+def test_http_template_list(mcp, mscope, rest):
+    """template_list: base (built in) and a template built here, each with
+    its id, the same as GET /v1/templates; a sandbox_create by that name or
+    id uses it."""
+    name = f"mcp-tpl-{os.getpid()}"
+    r = rest.req("POST", "/v1/templates", params={"name": name},
+                 data=json.dumps({"from": "base", "steps": [{"run": "echo mcp > /made-for-mcp"},
+                                                            {"env": {"WHO": "mcp"}}]}).encode(),
+                 headers={"Content-Type": "application/json"}, timeout=600)
+    assert r.status_code == 201, r.text
+    built = r.json()
+    try:
+        c = mcp()
+        listed = c.ok("template_list", {})
+        by_name = {t["name"]: t for t in listed["templates"]}
+        assert "base" in by_name and by_name["base"]["builtin"] is True and by_name["base"]["id"], by_name.get("base")
+        mine = by_name[name]
+        assert mine["id"] == built["id"] and len(mine["id"]) == 32 and mine["builtin"] is False, mine
+        assert mine["envs"] == {"WHO": "mcp"} and [x["id"] for x in mine["layers"]] == \
+            [x["id"] for x in built["layers"]], mine
+        assert listed == rest.get("/v1/templates").json()
+        sid = c.ok("sandbox_create", {"template": mine["id"]})["id"]
+        assert rest.sh(sid, "cat /made-for-mcp; echo $WHO") == "mcp\nmcp\n"
+        c.ok("sandbox_kill", {"sandbox_id": sid})
+        # arguments it does not take are refused like any tool's
+        assert "'name'" in c.tool_error("template_list", {"name": name})
+    finally:
+        assert rest.delete(f"/v1/templates/{name}").status_code == 204

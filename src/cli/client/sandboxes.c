@@ -15,12 +15,13 @@
 /* ---- create ---- */
 
 enum { OPT_TEMPLATE = 256, OPT_TIMEOUT, OPT_CPUS, OPT_MEMORY, OPT_DISK, OPT_PIDS, OPT_STATE, OPT_SNAPSHOT, OPT_ALLOW,
-       OPT_DENY };
+       OPT_DENY, OPT_ON_TIMEOUT };
 
 static const struct option create_options[] = {
     { "template", required_argument, NULL, OPT_TEMPLATE },
     { "snapshot", required_argument, NULL, OPT_SNAPSHOT },
     { "timeout", required_argument, NULL, OPT_TIMEOUT },
+    { "on-timeout", required_argument, NULL, OPT_ON_TIMEOUT },
     { "cpus", required_argument, NULL, OPT_CPUS },
     { "memory", required_argument, NULL, OPT_MEMORY },
     { "disk", required_argument, NULL, OPT_DISK },
@@ -34,7 +35,8 @@ static const struct option create_options[] = {
 
 static const sbx_cli_verb create_verb = {
     .name = "create",
-    .usage = "sbx create [--template T | --snapshot S] [--timeout SECS] [--cpus N] [--memory SIZE] [--disk SIZE] [--pids N] "
+    .usage = "sbx create [--template T | --snapshot S] [--timeout SECS] [--on-timeout pause|kill] [--cpus N] [--memory SIZE] "
+             "[--disk SIZE] [--pids N] "
              "[-m KEY=VALUE]... [-e KEY=VALUE]... [--allow RULE]... [--deny RULE]...",
     .help = "\n"
             "Create a sandbox and print its id (the sandbox object with --json).\n"
@@ -42,6 +44,8 @@ static const sbx_cli_verb create_verb = {
             "  --template NAME       root file system template (sbxd's default: base)\n"
             "  --snapshot ID         start from a snapshot's files (`sbx snapshot`, `sbx fork`)\n"
             "  --timeout DURATION    lifetime: seconds, or 30s, 15m, 2h (sbxd's default: 15m, at most 8h)\n"
+            "  --on-timeout WHAT     what the timeout does: kill (the default) or pause (files and processes\n"
+            "                        kept, frozen; `sbx resume` starts a fresh timeout)\n"
             "  --cpus N              CPU quota in vCPUs, fractions allowed\n"
             "  --memory SIZE         memory limit, e.g. 512M, 2G (whole MiB)\n"
             "  --disk SIZE           writable layer size (whole MiB)\n"
@@ -121,6 +125,12 @@ static int create_option(void *ctx, int opt, const char *arg, sbx_error *err)
         v = json_integer((json_int_t) s);
         break;
     }
+    case OPT_ON_TIMEOUT:
+        if (strcmp(arg, "kill") != 0 && strcmp(arg, "pause") != 0)
+            return sbx_error_set(err, 0, "--on-timeout %s: use pause or kill", arg);
+        field = "on_timeout";
+        v = json_string(arg);
+        break;
     case OPT_CPUS: {
         uint32_t milli;
         if (sbx_parse_cpus(arg, &milli, err) < 0)

@@ -14,9 +14,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -205,13 +207,34 @@ fail:
     return NULL;
 }
 
-/* ---- progress ---- */
+/* ---- progress ----
+ *
+ * Not a terminal: plain lines, as a log wants them ("[2/5] run ...",
+ * the step's output as it comes, "done in").  A terminal: the same lines
+ * (the step's in bold, its output dimmed) and under them one live status
+ * line - step N/M, its name, the time it has taken so far - redrawn in
+ * place (\r, erase to the end of the line) every second while the step
+ * runs, silent or not (a thread keeps the clock), and erased before
+ * anything else is written, so output lines never mix with it.  Output
+ * is written a whole line at a time for that (a line still open waits for
+ * its end, the step's end, or 2 KiB). */
+
+#define PARTIAL_MAX 2048
+#define IDLE_TICK_MS 250 /* between steps: how soon a new one is noticed */
 
 struct progress {
+    pthread_mutex_t lock; /* the ticker thread draws too */
+    pthread_cond_t wake;
+    bool stop;
     bool tty, json;
     int64_t t0;           /* ms, the current step's start */
     int index, total;
     char step[256];
+    bool running;         /* a step is running: the status line shows it */
+    bool status_shown;    /* the status line is on the screen now */
+    int64_t last_draw;
+    char partial[PARTIAL_MAX + 1]; /* an output line not ended yet (terminal only) */
+    size_t partial_len;
     bool at_line_start;
     json_t *result;
     char error[1024];
@@ -224,10 +247,142 @@ static int64_t now_ms(void)
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int on_event(void *ctx, json_t *ev, sbx_error *err)
+static unsigned term_columns(void)
+{
+    struct winsize ws;
+    if (ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20)
+        return ws.ws_col;
+    return 80;
+}
+
+static void status_clear(struct progress *p)
+{
+    if (!p->status_shown)
+        return;
+    fputs("\r\033[K", stderr);
+    p->status_shown = false;
+}
+
+/* "[2/5]" or "[from]" (the import of an archive `from`) */
+static void where(const struct progress *p, char *out, size_t len)
+{
+    if (p->index == 0)
+        snprintf(out, len, "from");
+    else
+        snprintf(out, len, "%d/%d", p->index, p->total);
+}
+
+/* The status line, in place of the one on the screen.  It must fit the
+ * terminal's width: a line that wraps cannot be erased with \r. */
+static void status_draw(struct progress *p)
+{
+    if (!p->tty || p->json || !p->running)
+        return;
+    char w[32], elapsed[32];
+    where(p, w, sizeof w);
+    int64_t s = (now_ms() - p->t0) / 1000;
+    if (s < 60)
+        snprintf(elapsed, sizeof elapsed, "%llds", (long long) s);
+    else
+        snprintf(elapsed, sizeof elapsed, "%lldm%02llds", (long long) (s / 60), (long long) (s % 60));
+    size_t cols = term_columns();
+    size_t fixed = strlen(w) + 2 + 1 + strlen(elapsed) + 3 + 1; /* "[w] " " (elapsed)" and a spare column */
+    size_t room = cols > fixed + 4 ? cols - fixed : 4;
+    size_t n = strlen(p->step);
+    bool cut = n > room;
+    if (cut) { /* at a character's start, not inside a UTF-8 sequence */
+        n = room - 3;
+        while (n > 0 && ((unsigned char) p->step[n] & 0xC0) == 0x80)
+            n--;
+    }
+    fprintf(stderr, "\r\033[K\033[36m[%s]\033[0m %.*s%s \033[2m(%s)\033[0m", w, (int) n, p->step, cut ? "..." : "",
+            elapsed);
+    p->status_shown = true;
+    p->last_draw = now_ms();
+}
+
+static void out_dim(struct progress *p, const char *d, size_t n)
+{
+    if (!n)
+        return;
+    if (p->tty)
+        fputs("\033[2m", stderr);
+    fwrite(d, 1, n, stderr);
+    if (p->tty)
+        fputs("\033[0m", stderr);
+    p->at_line_start = d[n - 1] == '\n';
+}
+
+/* The line still open, ended (a terminal's output is whole lines). */
+static void partial_flush(struct progress *p)
+{
+    if (!p->partial_len)
+        return;
+    status_clear(p);
+    out_dim(p, p->partial, p->partial_len);
+    fputc('\n', stderr);
+    p->at_line_start = true;
+    p->partial_len = 0;
+}
+
+/* Output of a step, on a terminal: whole lines go out at once, with the
+ * status line erased before and drawn again after. */
+static void tty_output(struct progress *p, const char *d, size_t n)
+{
+    const char *nl = memrchr(d, '\n', n);
+    if (nl) {
+        status_clear(p);
+        out_dim(p, p->partial, p->partial_len);
+        p->partial_len = 0;
+        out_dim(p, d, (size_t) (nl + 1 - d));
+        n -= (size_t) (nl + 1 - d);
+        d = nl + 1;
+    }
+    while (n) {
+        size_t take = n < PARTIAL_MAX - p->partial_len ? n : PARTIAL_MAX - p->partial_len;
+        memcpy(p->partial + p->partial_len, d, take);
+        p->partial_len += take;
+        d += take;
+        n -= take;
+        if (p->partial_len == PARTIAL_MAX)
+            partial_flush(p);
+    }
+    status_draw(p);
+}
+
+/* The clock of the status line: a step may print nothing for minutes, and
+ * the transfer's own callbacks come only about once a second. */
+static void *ticker(void *arg)
+{
+    struct progress *p = arg;
+    pthread_mutex_lock(&p->lock);
+    while (!p->stop) {
+        /* until the step's next whole second (when its time shown changes) */
+        int64_t now = now_ms(), wait = IDLE_TICK_MS;
+        if (p->running)
+            wait = 1000 - (now - p->t0) % 1000;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += wait / 1000;
+        ts.tv_nsec += wait % 1000 * 1000000L + 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&p->wake, &p->lock, &ts);
+        /* each second shown as it passes */
+        if (!p->stop && p->running && (now_ms() - p->t0) / 1000 != (p->last_draw - p->t0) / 1000) {
+            status_draw(p);
+            fflush(stderr);
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static int handle_event(struct progress *p, json_t *ev, sbx_error *err)
 {
     (void) err;
-    struct progress *p = ctx;
     const char *type = json_string_value(json_object_get(ev, "type"));
     if (!type)
         return 0;
@@ -236,6 +391,8 @@ static int on_event(void *ctx, json_t *ev, sbx_error *err)
         fflush(stdout);
     }
     if (strcmp(type, "step") == 0) {
+        partial_flush(p);
+        status_clear(p);
         p->index = (int) json_integer_value(json_object_get(ev, "index"));
         p->total = (int) json_integer_value(json_object_get(ev, "total"));
         snprintf(p->step, sizeof p->step, "%s", json_string_value(json_object_get(ev, "step")) ?: "");
@@ -244,16 +401,15 @@ static int on_event(void *ctx, json_t *ev, sbx_error *err)
             if (!p->at_line_start)
                 fputc('\n', stderr);
             bool cached = json_is_true(json_object_get(ev, "cached"));
-            char where[32];
-            if (p->index == 0) /* the import of an archive `from` */
-                snprintf(where, sizeof where, "from");
-            else
-                snprintf(where, sizeof where, "%d/%d", p->index, p->total);
+            char w[32];
+            where(p, w, sizeof w);
             if (p->tty)
-                fprintf(stderr, "\033[1m[%s]\033[0m %s%s\n", where, p->step, cached ? " \033[32m(cached)\033[0m" : "");
+                fprintf(stderr, "\033[1m[%s]\033[0m %s%s\n", w, p->step, cached ? " \033[32m(cached)\033[0m" : "");
             else
-                fprintf(stderr, "[%s] %s%s\n", where, p->step, cached ? " (cached)" : "");
+                fprintf(stderr, "[%s] %s%s\n", w, p->step, cached ? " (cached)" : "");
             p->at_line_start = true;
+            p->running = p->tty;
+            status_draw(p);
         }
     } else if (strcmp(type, "output") == 0 && !p->json) {
         const char *d = json_string_value(json_object_get(ev, "data"));
@@ -261,27 +417,46 @@ static int on_event(void *ctx, json_t *ev, sbx_error *err)
         if (d && (!enc || strcmp(enc, "utf-8") == 0)) {
             size_t n = json_string_length(json_object_get(ev, "data"));
             if (p->tty)
-                fputs("\033[2m", stderr);
-            fwrite(d, 1, n, stderr);
-            if (p->tty)
-                fputs("\033[0m", stderr);
-            p->at_line_start = n && d[n - 1] == '\n';
+                tty_output(p, d, n);
+            else
+                out_dim(p, d, n);
         }
-    } else if (strcmp(type, "step_done") == 0 && !p->json && p->tty) {
+    } else if (strcmp(type, "step_done") == 0 && !p->json) {
+        partial_flush(p);
+        status_clear(p);
+        p->running = false;
         int64_t ms = json_integer_value(json_object_get(ev, "ms"));
         if (ms >= 1000) {
             if (!p->at_line_start)
                 fputc('\n', stderr);
-            fprintf(stderr, "\033[2m      done in %.1f s\033[0m\n", (double) ms / 1000);
+            if (p->tty)
+                fprintf(stderr, "\033[2m      done in %.1f s\033[0m\n", (double) ms / 1000);
+            else
+                fprintf(stderr, "      done in %.1f s\n", (double) ms / 1000);
             p->at_line_start = true;
         }
     } else if (strcmp(type, "done") == 0) {
+        partial_flush(p);
+        status_clear(p);
+        p->running = false;
         p->result = json_incref(json_object_get(ev, "template"));
     } else if (strcmp(type, "error") == 0) {
+        partial_flush(p);
+        status_clear(p);
+        p->running = false;
         snprintf(p->error, sizeof p->error, "%s", json_string_value(json_object_get(ev, "message")) ?: "build failed");
     }
     fflush(stderr);
     return 0;
+}
+
+static int on_event(void *ctx, json_t *ev, sbx_error *err)
+{
+    struct progress *p = ctx;
+    pthread_mutex_lock(&p->lock);
+    int r = handle_event(p, ev, err);
+    pthread_mutex_unlock(&p->lock);
+    return r;
 }
 
 static int build(sbx_cli *cli, const struct build_opts *o)
@@ -328,9 +503,27 @@ static int build(sbx_cli *cli, const struct build_opts *o)
     _cleanup_free_ char *name = sbx_http_escape(h, o->name, &err);
     char path[512];
     snprintf(path, sizeof path, "/v1/templates?name=%s%s", name ? name : "", o->no_cache ? "&no_cache=true" : "");
-    struct progress p = { .tty = isatty(2), .json = cli->json, .at_line_start = true };
+    struct progress p = { .lock = PTHREAD_MUTEX_INITIALIZER, .tty = isatty(2), .json = cli->json,
+                          .at_line_start = true };
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p.wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_t tick;
+    bool ticking = p.tty && !p.json && pthread_create(&tick, NULL, ticker, &p) == 0;
     int r = name ? sbx_http_post_ndjson(h, path, "application/x-tar", tar, size, on_event, NULL, &p, &err) : -1;
     fclose(tar);
+    pthread_mutex_lock(&p.lock);
+    p.stop = true;
+    pthread_cond_signal(&p.wake);
+    partial_flush(&p);
+    status_clear(&p); /* a transfer cut short leaves it on the screen */
+    fflush(stderr);
+    pthread_mutex_unlock(&p.lock);
+    if (ticking)
+        pthread_join(tick, NULL);
+    pthread_cond_destroy(&p.wake);
     if (r < 0)
         return sbx_cli_fail(&err);
     if (!p.result) {
