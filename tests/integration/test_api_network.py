@@ -464,3 +464,51 @@ def test_pip_download_through_the_proxy_and_its_denial(api, tmp_path, tls_dir):
         assert "denied by sandbox network policy (not in allowlist)" in said, said
     finally:
         srv.shutdown()
+
+
+# --------------------------------------------------------------------------
+# a terminal is a process like any other: it gets the proxy variables
+
+
+def pty_output(api, sid, keys):
+    """Type keys into a terminal of the sandbox (GET .../pty, a WebSocket);
+    everything it printed until the shell exited."""
+    from wsclient import BINARY, TEXT, WebSocket, accept_for
+    import json
+    ws = WebSocket(api.daemon.url, f"/v1/sandboxes/{sid}/pty?cols=200&rows=50",
+                   {"Authorization": f"Bearer {api.key}"})
+    assert ws.status == 101, ws.status_line
+    assert ws.headers["sec-websocket-accept"] == accept_for(ws.key), ws.headers
+    ws.send(keys, BINARY)
+    out = b""
+    try:
+        while True:
+            op, data = ws.recv()
+            if op == BINARY:
+                out += data
+            elif op == TEXT and json.loads(data).get("type") == "exit":
+                break
+    finally:
+        ws.close()
+    import re
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))  # the shell's terminal codes
+    return text.replace("\r", "")
+
+
+def test_terminal_gets_the_proxy_variables(api, servers):
+    """`sbx shell` and any WebSocket terminal: the same environment as a
+    command (the proxy's variables, the sandbox's envs) - else a person at
+    the terminal would see no network where a command sees one."""
+    http_port, _ = servers
+    sid = api.create(network=ALLOW, envs={"MINE": "kept"})["id"]
+    out = pty_output(api, sid, f"env | sort; curl -s -m 10 http://allowed.test:{http_port}/; exit\n")
+    for line in ("HTTP_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128",
+                 "ALL_PROXY=socks5h://127.0.0.1:1080", "NO_PROXY=localhost,127.0.0.1,::1",
+                 "PIP_PROXY=http://127.0.0.1:3128", "MINE=kept",
+                 "TERM=xterm-256color"):
+        assert line in out.splitlines(), (line, out)
+    assert PAGE.decode() in out, out
+    # and after a change of policy, a new terminal has none of them
+    assert api.req("PATCH", f"/v1/sandboxes/{sid}/network", json={"mode": "none"}).status_code == 200
+    out = pty_output(api, sid, "env; exit\n")
+    assert "MINE=kept" in out and "PROXY" not in out.upper(), out
