@@ -14,6 +14,7 @@ event log; bad policies; git clone through the proxy."""
 
 import http.server
 import os
+import re
 import shutil
 import signal
 import socketserver
@@ -24,7 +25,7 @@ import time
 
 import pytest
 
-from sbxd_fixture import EGRESS_TEST_SERVER, assert_error, init_pid
+from sbxd_fixture import EGRESS_TEST_SERVER, HOST_PUBLIC_V4, HOST_PUBLIC_V6, assert_error, init_pid
 
 ALLOW = {"mode": "allowlist", "allow": ["allowed.test", "*.allowed.test"]}
 PAGE = b"hello through the egress proxy\n"
@@ -37,6 +38,13 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self):
         if self.server.root:
             return super().do_GET()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(PAGE)))
+        self.end_headers()
+        self.wfile.write(PAGE)
+
+    def do_POST(self):  # the body read whole, then the page
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(200)
         self.send_header("Content-Length", str(len(PAGE)))
         self.end_headers()
@@ -467,6 +475,240 @@ def test_pip_download_through_the_proxy_and_its_denial(api, tmp_path, tls_dir):
 
 
 # --------------------------------------------------------------------------
+# the proxy's protocols from the inside, byte by byte (python3 in the sandbox)
+
+NETPROBE = r'''
+import json, socket, struct, sys
+
+def read_all(s):
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+def answer(data):
+    head, _, body = data.partition(b"\r\n\r\n")
+    line = head.split(b"\r\n")[0].decode(errors="replace")
+    parts = line.split(" ", 2)
+    return {"status": int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0,
+            "line": line, "body": body.decode(errors="replace").strip()}
+
+def hostport(host, port):
+    return (f"[{host}]" if ":" in host else host) + f":{port}"
+
+def connect(r):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    hp = hostport(r["host"], r["port"])
+    s.sendall(f"CONNECT {hp} HTTP/1.1\r\nHost: {hp}\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:  # an open tunnel stays open: stop at its head
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    if data.startswith(b"HTTP/1.1 200") and r.get("send"):  # the answer through the tunnel
+        s.sendall(r["send"].encode())
+        return dict(answer(read_all(s)), tunnel=answer(data)["line"])
+    elif not data.startswith(b"HTTP/1.1 200"):
+        data += read_all(s)
+    return answer(data)
+
+def http(r):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(r["raw"].encode())
+    return answer(read_all(s))
+
+def socks(r):
+    s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+    methods = bytes.fromhex(r.get("methods", "00"))
+    s.sendall(b"\x05" + bytes([len(methods)]) + methods)
+    g = s.recv(2)
+    if g != b"\x05\x00":
+        return {"greeting": g.hex(), "closed": s.recv(1) == b""}
+    host = r["host"]
+    if r.get("name_hex") is not None:
+        name = bytes.fromhex(r["name_hex"])
+        a = b"\x03" + bytes([len(name)]) + name
+    else:
+        try:
+            a = b"\x01" + socket.inet_pton(socket.AF_INET, host)
+        except OSError:
+            try:
+                a = b"\x04" + socket.inet_pton(socket.AF_INET6, host)
+            except OSError:
+                a = b"\x03" + bytes([len(host)]) + host.encode()
+    s.sendall(b"\x05\x01\x00" + a + struct.pack(">H", r["port"]))
+    rep = b""
+    while len(rep) < 10:
+        chunk = s.recv(10 - len(rep))
+        if not chunk:
+            break
+        rep += chunk
+    out = {"reply": rep[1] if len(rep) > 1 else -1}
+    if out["reply"] == 0 and r.get("send"):
+        s.sendall(r["send"].encode())
+        out.update(answer(read_all(s)))
+    return out
+
+print(json.dumps([globals()[r["kind"]](r) for r in json.load(open(sys.argv[1]))]))
+'''
+
+
+def netprobe(api, sid, reqs):
+    """Each request ({"kind": "connect"|"http"|"socks", ...}) made from
+    inside the sandbox; their answers."""
+    import json
+    api.put_file(sid, "netprobe.py", NETPROBE.encode())
+    api.put_file(sid, "netprobe.json", json.dumps(reqs).encode())
+    r = api.run(sid, ["python3", "netprobe.py", "netprobe.json"], timeout_s=120)
+    assert r["exit_code"] == 0, r
+    return json.loads(r["stdout"])
+
+
+def net_events(api, sid, want=None, within=5):
+    """The sandbox's net events (their details); with want(evs) -> bool,
+    waited for (an event is written once its connection ended)."""
+    deadline = time.monotonic() + within
+    while True:
+        evs = [e["detail"] for e in api.get(f"/v1/sandboxes/{sid}/events?type=net").json()["events"]]
+        if want is None or want(evs) or time.monotonic() > deadline:
+            return evs
+        time.sleep(0.05)
+
+
+def get_req(host, port, host_header=None, path="/"):
+    hp = (f"[{host}]" if ":" in host else host) + f":{port}"
+    return {"kind": "http", "raw": f"GET http://{hp}{path} HTTP/1.1\r\nHost: {host_header or hp}\r\n"
+                                   "Connection: close\r\n\r\n"}
+
+
+# --------------------------------------------------------------------------
+# names are judged before anything is resolved
+
+
+class DnsLogger:
+    """A DNS server on addr:53 (UDP) that logs every name asked and answers
+    the names of `answers` (A records) - NXDOMAIN for the others, no
+    records for other types."""
+
+    def __init__(self, addr, answers):
+        import socket
+        self.answers = answers
+        self.names = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((addr, 53))
+        self.sock.settimeout(0.2)
+        self.stopping = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import socket
+        import struct
+        while not self.stopping:
+            try:
+                q, peer = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            if len(q) < 17:
+                continue
+            i, labels = 12, []
+            while i < len(q) and q[i]:
+                labels.append(q[i + 1:i + 1 + q[i]].decode(errors="replace"))
+                i += 1 + q[i]
+            qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+            question = q[12:i + 5]
+            name = ".".join(labels).lower()
+            self.names.append(name)
+            addr = self.answers.get(name)
+            if addr is None:
+                flags, an = 0x8183, b""  # NXDOMAIN
+            elif qtype == 1:
+                flags, an = 0x8180, b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 1, 4) + socket.inet_aton(addr)
+            else:
+                flags, an = 0x8180, b""
+            self.sock.sendto(q[:2] + struct.pack(">HHHHH", flags, 1, 1 if an else 0, 0, 0) + question + an, peer)
+
+    def close(self):
+        self.stopping = True
+        self.thread.join()
+        self.sock.close()
+
+
+def in_own_resolv_conf(tmp_path, nameserver):
+    """A wrap for Sbxd: sbxd in a mount namespace of its own whose
+    /etc/resolv.conf names only `nameserver` (the host's is untouched)."""
+    conf = tmp_path / "resolv.conf"
+    conf.write_text(f"nameserver {nameserver}\noptions timeout:1 attempts:1\n")
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+            'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(conf)]
+
+
+def test_names_are_judged_before_any_dns_query(make_sbxd, servers, tmp_path):
+    """A name a deny rule names, or one no rule could allow, never reaches
+    a resolver (DNS is a way out too: a query for secret.attacker.example
+    carries its name out); it gets the 403 that says why, not a 502
+    "cannot resolve".  Only when an allow CIDR could take the answer is the
+    name resolved - then judged by its address.  Through sbxd's own
+    resolver: a DNS server of this test's on 127.0.0.77, the only one in
+    the /etc/resolv.conf of the sbxd under test (in a mount namespace)."""
+    http_port, _ = servers
+    dns = DnsLogger("127.0.0.77", {"viadns.test": EGRESS_TEST_SERVER, "outside.test": "127.0.0.6"})
+    try:
+        d = make_sbxd(wrap=in_own_resolv_conf(tmp_path, "127.0.0.77"))
+        c = d.client()
+        sid = c.create(network={"mode": "allowlist", "allow": ["allowed.test"],
+                                "deny": ["denied.test", "*.denied.test"]})["id"]
+        names = ["denied.test", "x.denied.test", "unlisted.test", "Denied.Test.", "secret-data.unlisted.test"]
+        reqs = [get_req(n, http_port) for n in names]
+        reqs += [{"kind": "connect", "host": n, "port": 443} for n in names]
+        reqs += [{"kind": "socks", "host": n, "port": 443} for n in names]
+        got = netprobe(c, sid, reqs)
+        n = len(names)
+        for name, a in zip(names * 2, got[:2 * n]):
+            assert a["status"] == 403, (name, a)
+        canon = lambda x: x.lower().rstrip(".")  # noqa: E731
+        assert got[0]["body"] == f"sbx: egress to denied.test:{http_port} denied by sandbox network policy " \
+                                 "(denied.test is denied by rule denied.test)", got[0]
+        assert got[2]["body"] == f"sbx: egress to unlisted.test:{http_port} denied by sandbox network policy " \
+                                 "(not in allowlist)", got[2]
+        assert "x.denied.test is denied by rule *.denied.test" in got[1]["body"], got[1]
+        assert "(denied.test is denied by rule denied.test)" in got[3]["body"], got[3]
+        assert all(a["reply"] == 2 for a in got[2 * n:]), got[2 * n:]
+        # the allowed name (a test host: no DNS either) still works
+        assert curl(c, sid, [f"http://allowed.test:{http_port}/"])[:2] == (0, PAGE.decode())
+        assert dns.names == [], dns.names
+        evs = net_events(c, sid, lambda e: len(e) >= 3 * n + 1)
+        for name in names:
+            assert [e for e in evs if e["host"] == canon(name) and e["verdict"] == "denied"], (name, evs)
+
+        # with an allow CIDR, a name no domain rule allows is resolved: its
+        # address decides (the logger sees this query - it works)
+        r = c.req("PATCH", f"/v1/sandboxes/{sid}/network",
+                  json={"mode": "allowlist", "allow": ["allowed.test", f"{EGRESS_TEST_SERVER}/32"],
+                        "deny": ["denied.test"]})
+        assert r.status_code == 200, r.text
+        assert curl(c, sid, [f"http://viadns.test:{http_port}/"])[:2] == (0, PAGE.decode())
+        assert "viadns.test" in dns.names, dns.names
+        code, out, _ = curl(c, sid, ["-i", f"http://outside.test:{http_port}/"])   # 127.0.0.6: no CIDR
+        assert " 403 " in out.splitlines()[0] and "outside.test resolves to 127.0.0.6" in out, out
+        code, out, _ = curl(c, sid, ["-i", f"http://nowhere.test:{http_port}/"])
+        assert " 502 " in out.splitlines()[0] and "cannot resolve nowhere.test" in out, out
+        code, out, _ = curl(c, sid, ["-i", f"http://denied.test.:{http_port}/"])
+        assert " 403 " in out.splitlines()[0] and "denied by rule denied.test" in out, out
+        assert "denied.test" not in dns.names and "unlisted.test" not in dns.names, dns.names
+        assert not [x for x in dns.names if "denied" in x or "secret" in x], dns.names
+    finally:
+        dns.close()
+
+
+# --------------------------------------------------------------------------
 # a terminal is a process like any other: it gets the proxy variables
 
 
@@ -512,3 +754,265 @@ def test_terminal_gets_the_proxy_variables(api, servers):
     assert api.req("PATCH", f"/v1/sandboxes/{sid}/network", json={"mode": "none"}).status_code == 200
     out = pty_output(api, sid, "env; exit\n")
     assert "MINE=kept" in out and "PROXY" not in out.upper(), out
+
+
+# --------------------------------------------------------------------------
+# SOCKS5: names checked like HTTP's, every attempt an event in words
+
+
+def test_socks5_names_are_checked_and_every_attempt_is_an_event(api, servers, sbxd_daemon):
+    """A SOCKS5 name is bytes with a length: a newline in it must not
+    start a line of sbxd's log, invalid UTF-8 must not cost the event, and
+    neither may reach a resolver.  Refused with reply 2, and the event has
+    the name (escaped), the reason and the sentence an HTTP client gets."""
+    http_port, _ = servers
+    sid = api.create(network=ALLOW)["id"]
+    injected = b"allowed.test\n2099-01-01T00:00:00Z info event=forged"
+    bad = [injected, b"\xff\xfe.test", b"allowed.test\x00.evil", b"a b.test", b"allowed.test\r"]
+    reqs = [{"kind": "socks", "host": "", "name_hex": n.hex(), "port": http_port} for n in bad]
+    reqs.append({"kind": "socks", "host": "other.test", "port": http_port})
+    reqs.append({"kind": "socks", "host": "allowed.test", "port": http_port,
+                 "send": "GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"})
+    # a client that does not offer "no authentication" is told no method is acceptable
+    reqs.append({"kind": "socks", "host": "allowed.test", "port": http_port, "methods": "02"})
+    got = netprobe(api, sid, reqs)
+    assert [a["reply"] for a in got[:6]] == [2] * 6, got
+    assert got[6]["reply"] == 0 and got[6]["status"] == 200 and got[6]["body"] == PAGE.decode().strip(), got[6]
+    assert got[7] == {"greeting": "05ff", "closed": True}, got[7]
+    want = len(bad) + 2
+    evs = [e for e in net_events(api, sid, lambda e: len(e) >= want) if e["proto"] == "socks5"]
+    assert len(evs) == want, evs
+    by_host = {e["host"]: e for e in evs}
+    shown = ["allowed.test\\x0a2099-01-01T00:00:00Z info event=forged", "\\xff\\xfe.test",
+             "allowed.test\\x00.evil", "a b.test", "allowed.test\\x0d"]
+    for h in shown:
+        e = by_host[h]
+        assert e["verdict"] == "denied" and e["reason"] == "not a valid host name", e
+        assert e["message"] == f"sbx: egress to {h}:{http_port} denied by sandbox network policy " \
+                               "(not a valid host name)", e
+    e = by_host["other.test"]
+    assert e["message"] == f"sbx: egress to other.test:{http_port} denied by sandbox network policy " \
+                           "(not in allowlist)", e
+    ok = by_host["allowed.test"]
+    assert ok["verdict"] == "allowed" and "message" not in ok and ok["bytes_out"] > 40 and ok["bytes_in"] > 0, ok
+    # nothing forged a line of sbxd's log
+    log = sbxd_daemon.log()
+    assert "event=forged" in log  # (escaped, inside the line of the event)
+    assert not [line for line in log.splitlines() if line.startswith("2099-01-01")], log[-2000:]
+
+
+# --------------------------------------------------------------------------
+# the host's own addresses, whatever their range
+
+
+@pytest.fixture
+def host_public_address():
+    """HOST_PUBLIC_V4 and HOST_PUBLIC_V6 given to this machine (on lo) for
+    the test, with an HTTP server on each: addresses of the host that no
+    private or special range covers.  Removed at the end."""
+    added = []
+    try:
+        for a, plen, extra in ((HOST_PUBLIC_V4, 32, []), (HOST_PUBLIC_V6, 128, ["nodad"])):
+            subprocess.run(["ip", "addr", "add", f"{a}/{plen}", "dev", "lo", *extra], check=True, capture_output=True)
+            added.append(f"{a}/{plen}")
+        srvs = []
+        for a, fam in ((HOST_PUBLIC_V4, None), (HOST_PUBLIC_V6, "v6")):
+            cls = _Server
+            if fam:
+                import socket
+
+                class _Server6(_Server):
+                    address_family = socket.AF_INET6
+                cls = _Server6
+            srv = cls((a, 0), _Handler)
+            srv.root = None
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            srvs.append(srv)
+        yield srvs[0].server_address[1], srvs[1].server_address[1]
+        for srv in srvs:
+            srv.shutdown()
+            srv.server_close()
+    finally:
+        for a in added:
+            subprocess.run(["ip", "addr", "del", a, "dev", "lo"], capture_output=True)
+
+
+def test_allowlist_denies_the_hosts_own_addresses(api, host_public_address):
+    """A name that resolves to one of the host's own addresses reaches the
+    host's services through the proxy (which connects from the host): it
+    is denied like loopback, unless a CIDR names the address."""
+    p4, p6 = host_public_address
+    sid = api.create(network={"mode": "allowlist", "allow": ["*.test"]})["id"]
+    got = netprobe(api, sid, [get_req("hostaddr.test", p4), get_req("hostaddr6.test", p6),
+                              {"kind": "connect", "host": "hostaddr.test", "port": p4},
+                              {"kind": "socks", "host": "hostaddr6.test", "port": p6}])
+    assert got[0]["status"] == 403 and got[0]["body"] == (
+        f"sbx: egress to hostaddr.test:{p4} denied by sandbox network policy ({HOST_PUBLIC_V4} is an address of "
+        "this host (allow it with a CIDR rule))"), got[0]
+    assert got[1]["status"] == 403 and f"{HOST_PUBLIC_V6} is an address of this host" in got[1]["body"], got[1]
+    assert got[2]["status"] == 403 and got[3]["reply"] == 2, got
+    # named by a CIDR, it is reached: the server was there all along
+    api.req("PATCH", f"/v1/sandboxes/{sid}/network",
+            json={"mode": "allowlist", "allow": ["*.test", f"{HOST_PUBLIC_V4}/32", f"{HOST_PUBLIC_V6}/128"]})
+    got = netprobe(api, sid, [get_req("hostaddr.test", p4), get_req("hostaddr6.test", p6),
+                              get_req(HOST_PUBLIC_V4, p4)])
+    assert [a["status"] for a in got] == [200, 200, 200] and got[0]["body"] == PAGE.decode().strip(), got
+
+
+# --------------------------------------------------------------------------
+# names as rules see them; deny over allow; every special range
+
+
+def test_a_trailing_dot_and_case_change_nothing(api, servers):
+    """"allowed.test." is allowed.test (the DNS root's dot), and
+    "OTHER.test." is still other.test to a deny rule: over plain HTTP,
+    CONNECT and SOCKS5."""
+    http_port, _ = servers
+    sid = api.create(network={"mode": "allowlist", "allow": ["*.test", "allowed.test"], "deny": ["other.test"]})["id"]
+    send = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    got = netprobe(api, sid, [
+        get_req("allowed.test.", http_port), get_req("Allowed.Test.", http_port),
+        get_req("other.test.", http_port), get_req("OTHER.test", http_port),
+        {"kind": "connect", "host": "allowed.test.", "port": http_port, "send": send},
+        {"kind": "connect", "host": "other.test.", "port": http_port},
+        {"kind": "socks", "host": "allowed.test.", "port": http_port, "send": send},
+        {"kind": "socks", "host": "other.test.", "port": http_port},
+    ])
+    assert [a.get("status") for a in got[:6]] == [200, 200, 403, 403, 200, 403], got
+    assert "(other.test is denied by rule other.test)" in got[2]["body"], got[2]
+    assert got[4]["body"] == PAGE.decode().strip(), got[4]
+    assert got[6]["reply"] == 0 and got[6]["status"] == 200 and got[7]["reply"] == 2, got[6:]
+    evs = net_events(api, sid, lambda e: len(e) >= 8)
+    assert {e["host"] for e in evs} == {"allowed.test", "other.test"}, evs
+
+
+def test_wildcard_is_subdomains_only(api, servers):
+    """*.allowed.test is a.allowed.test, a.b.allowed.test - not allowed.test."""
+    http_port, _ = servers
+    sid = api.create(network={"mode": "allowlist", "allow": ["*.allowed.test"]})["id"]
+    assert curl(api, sid, [f"http://sub.allowed.test:{http_port}/"])[:2] == (0, PAGE.decode())
+    code, out, _ = curl(api, sid, ["-i", f"http://allowed.test:{http_port}/"])
+    assert " 403 " in out.splitlines()[0] and "(not in allowlist)" in out, out
+
+
+def test_a_deny_cidr_wins_over_an_allowed_domain(api, servers):
+    http_port, _ = servers
+    sid = api.create(network={"mode": "allowlist", "allow": ["allowed.test"],
+                              "deny": [f"{EGRESS_TEST_SERVER}/32"]})["id"]
+    code, out, _ = curl(api, sid, ["-i", f"http://allowed.test:{http_port}/"])
+    assert " 403 " in out.splitlines()[0], out
+    assert f"sbx: egress to allowed.test:{http_port} denied by sandbox network policy (address " \
+           f"{EGRESS_TEST_SERVER} is denied by rule {EGRESS_TEST_SERVER}/32)" in out, out
+    code, _, err = curl(api, sid, ["--socks5-hostname", "127.0.0.1:1080", f"http://allowed.test:{http_port}/"])
+    assert code != 0, err
+    evs = net_events(api, sid, lambda e: len(e) >= 2)
+    assert [e["reason"] for e in evs] == [f"address {EGRESS_TEST_SERVER} is denied by rule {EGRESS_TEST_SERVER}/32"] * 2
+
+
+SPECIAL = [("fd00::1", "fc00::/7"), ("fc00::5", "fc00::/7"), ("100.64.0.1", "100.64.0.0/10"),
+           ("100.127.255.254", "100.64.0.0/10"), ("172.16.0.1", "172.16.0.0/12"), ("172.31.1.1", "172.16.0.0/12"),
+           ("0.0.0.0", "0.0.0.0/8"), ("2002:7f00:1::1", "2002::/16"), ("2002:a9fe:a9fe::1", "2002::/16"),
+           ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001::/32")]
+
+
+def test_every_special_range_through_connect_and_socks5(api, servers):
+    """Private (RFC 1918, ULA), CGNAT, "this network", and the IPv6 forms
+    that carry an IPv4 address (6to4, Teredo): refused by both front doors,
+    naming the range; their public neighbours are only "not in allowlist"."""
+    http_port, _ = servers
+    sid = api.create(network={"mode": "allowlist", "allow": ["*.test"]})["id"]
+    reqs = []
+    for a, _ in SPECIAL:
+        reqs += [{"kind": "connect", "host": a, "port": http_port}, {"kind": "socks", "host": a, "port": http_port}]
+    for a in ("172.32.0.1", "100.128.0.1", "2001:1::1"):
+        reqs.append({"kind": "connect", "host": a, "port": http_port})
+    got = netprobe(api, sid, reqs)
+    for i, (a, rng) in enumerate(SPECIAL):
+        c, s = got[2 * i], got[2 * i + 1]
+        shown = f"[{a}]" if ":" in a else a
+        assert c["status"] == 403 and c["body"] == (
+            f"sbx: egress to {shown}:{http_port} denied by sandbox network policy ({a} is in {rng}: a private, "
+            "loopback, link-local or reserved range (allow it with a CIDR rule))"), (a, c)
+        assert s["reply"] == 2, (a, s)
+    for c in got[2 * len(SPECIAL):]:
+        assert c["status"] == 403 and c["body"].endswith("(not in allowlist)"), c
+    evs = net_events(api, sid, lambda e: len(e) >= len(reqs))
+    socks = {e["host"]: e for e in evs if e["proto"] == "socks5"}
+    for a, rng in SPECIAL:
+        assert f"is in {rng}" in socks[a]["reason"] and socks[a]["message"].startswith("sbx: egress to "), socks[a]
+
+
+def test_switching_between_open_and_allowlist_at_run_time(api, servers):
+    """open -> allowlist: the interface and its way out go, the proxy and
+    its variables come; allowlist -> open: the other way round."""
+    http_port, _ = servers
+    srv = _loopback_server()
+    lport = srv.server_address[1]
+    try:
+        sid = api.create(network={"mode": "open", "allow": ["10.0.2.2/32"]})["id"]
+        assert curl(api, sid, [f"http://10.0.2.2:{lport}/"])[:2] == (0, PAGE.decode())
+        r = api.req("PATCH", f"/v1/sandboxes/{sid}/network", json=ALLOW)
+        assert r.status_code == 200 and r.json()["network"]["mode"] == "allowlist", r.text
+        out = api.sh(sid, "cat /proc/net/dev; env")
+        assert "eth0" not in out and "HTTP_PROXY=http://127.0.0.1:3128" in out, out
+        assert curl(api, sid, ["--noproxy", "*", f"http://10.0.2.2:{lport}/"])[0] == 7   # no route
+        assert curl(api, sid, [f"http://allowed.test:{http_port}/"])[:2] == (0, PAGE.decode())
+        r = api.req("PATCH", f"/v1/sandboxes/{sid}/network", json={"mode": "open", "allow": ["10.0.2.2/32"]})
+        assert r.status_code == 200 and r.json()["network"]["mode"] == "open", r.text
+        out = api.sh(sid, "cat /proc/net/dev; env")
+        assert "eth0" in out and "PROXY" not in out, out
+        assert curl(api, sid, ["-x", "http://127.0.0.1:3128", f"http://allowed.test:{http_port}/"])[0] == 7
+        assert curl(api, sid, [f"http://10.0.2.2:{lport}/"])[:2] == (0, PAGE.decode())
+    finally:
+        srv.shutdown()
+
+
+def test_events_count_bytes_both_ways(api, servers):
+    """bytes_out: what the sandbox sent (the request, a body); bytes_in:
+    what came back - for plain HTTP, CONNECT and SOCKS5 alike."""
+    http_port, _ = servers
+    sid = api.create(network=ALLOW)["id"]
+    body = "x" * 100000
+    req = (f"POST / HTTP/1.1\r\nHost: allowed.test:{http_port}\r\nContent-Length: {len(body)}\r\n"
+           f"Connection: close\r\n\r\n{body}")
+    got = netprobe(api, sid, [
+        {"kind": "http", "raw": req.replace("POST / ", f"POST http://allowed.test:{http_port}/ ", 1)},
+        {"kind": "connect", "host": "allowed.test", "port": http_port, "send": req},
+        {"kind": "socks", "host": "allowed.test", "port": http_port, "send": req}])
+    assert [a["status"] for a in got] == [200] * 3 and {a["body"] for a in got} == {PAGE.decode().strip()}, got
+    evs = net_events(api, sid, lambda e: len(e) >= 3)
+    for e in evs:
+        assert e["verdict"] == "allowed" and len(body) < e["bytes_out"] < len(body) + 400, e
+        assert len(PAGE) < e["bytes_in"] < len(PAGE) + 400, e
+    assert {e["proto"] for e in evs} == {"http", "http-connect", "socks5"}, evs
+
+
+def test_plain_http_host_header_must_name_the_target(api, servers):
+    """Domain fronting through plain HTTP: a request to allowed.test whose
+    Host header names another site would be answered, by a server that
+    hosts both, as the other one.  Refused (403) unless Host names the
+    request's own host and port; a missing one (HTTP/1.0) is added."""
+    http_port, _ = servers
+    sid = api.create(network=ALLOW)["id"]
+    hp = f"allowed.test:{http_port}"
+    one0 = {"kind": "http", "raw": f"GET http://{hp}/ HTTP/1.0\r\n\r\n"}
+    two = {"kind": "http", "raw": f"GET http://{hp}/ HTTP/1.1\r\nHost: {hp}\r\nHost: evil.test\r\n\r\n"}
+    got = netprobe(api, sid, [get_req("allowed.test", http_port, host_header="evil.test"),
+                              get_req("allowed.test", http_port, host_header=f"evil.test:{http_port}"),
+                              get_req("allowed.test", http_port, host_header="allowed.test:1"),
+                              get_req("allowed.test", http_port, host_header=f"Allowed.Test.:{http_port}"),
+                              one0, two, get_req("allowed.test", http_port, host_header="allowed.test\x00x")])
+    assert got[0]["status"] == 403 and got[0]["body"] == (
+        f"sbx: egress to allowed.test:{http_port} denied by sandbox network policy (evil.test: the Host header "
+        "must name the host the request goes to)"), got[0]
+    assert [a["status"] for a in got] == [403, 403, 403, 200, 200, 403, 400], got
+    assert "more than one Host header" in got[5]["body"], got[5]
+
+
+def test_test_only_settings_are_announced(sbxd_daemon):
+    """The test settings weaken the proxy (names to local addresses taken
+    as public) and open mode (the host's loopback): sbxd says so loudly."""
+    log = sbxd_daemon.log()
+    assert re.search(r" warn event=test_setting_active name=SBX_TEST_EGRESS_HOSTS .*TEST ONLY", log), log[:3000]
+    assert re.search(r" warn event=test_setting_active name=SBX_TEST_OPEN_HOST_LOOPBACK .*TEST ONLY", log), \
+        log[:3000]
