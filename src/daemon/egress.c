@@ -685,15 +685,21 @@ void sbx_egress_envs(json_t *env)
 {
     static const char http[] = "http://127.0.0.1:3128", socks[] = "socks5h://127.0.0.1:1080";
     static const char no_proxy[] = "localhost,127.0.0.1,::1";
+    /* curl, wget, Python (urllib, requests, pip), Node's tools and git read
+     * the *_proxy forms; pip and npm have their own too.  git reads
+     * http(s)_proxy itself, and its http.proxy setting (given here as
+     * GIT_CONFIG_COUNT/KEY/VALUE: no file written) holds even for a
+     * command that drops the proxy variables.  git:// and ssh:// have no
+     * proxy here: they fail to resolve the name (docs/api.md). */
     const char *const kv[][2] = {
-        { "HTTP_PROXY", http },       { "HTTPS_PROXY", http },   { "http_proxy", http },
-        { "https_proxy", http },      { "ALL_PROXY", socks },    { "all_proxy", socks },
-        { "NO_PROXY", no_proxy },     { "no_proxy", no_proxy },  { "PIP_PROXY", http },
-        { "npm_config_proxy", http }, { "npm_config_https_proxy", http }, { "GIT_PROXY_COMMAND", "" },
+        { "HTTP_PROXY", http },        { "HTTPS_PROXY", http },          { "http_proxy", http },
+        { "https_proxy", http },       { "ALL_PROXY", socks },           { "all_proxy", socks },
+        { "NO_PROXY", no_proxy },      { "no_proxy", no_proxy },         { "PIP_PROXY", http },
+        { "npm_config_proxy", http },  { "npm_config_https_proxy", http }, { "GIT_CONFIG_COUNT", "1" },
+        { "GIT_CONFIG_KEY_0", "http.proxy" }, { "GIT_CONFIG_VALUE_0", http },
     };
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
-        if (kv[i][1][0])
-            json_object_set_new(env, kv[i][0], json_string(kv[i][1]));
+        json_object_set_new(env, kv[i][0], json_string(kv[i][1]));
 }
 
 /* ---- one connection ------------------------------------------------------ */

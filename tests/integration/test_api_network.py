@@ -257,7 +257,14 @@ def test_bad_policies_are_400s(api, net):
     assert api.get(f"/v1/sandboxes/{sid}").json()["network"] == {"mode": "none"}
 
 
-def test_git_clone_through_the_proxy_and_its_denial(api, servers, tmp_path):
+def test_git_clone_through_the_proxy_and_its_denial(api, tls_dir, tmp_path):
+    """git over http (plain proxying) and https (CONNECT, a local TLS
+    server), allowed and denied, and with every *_proxy variable dropped
+    (git's own http.proxy, given as GIT_CONFIG_*, still holds).  What a
+    denial says is what git shows of it: over http the proxy's 403 body
+    (git prints a text/plain error body as "remote: ..."), over https only
+    curl's "CONNECT tunnel failed, response 403".  git:// and ssh:// have
+    no proxy: they fail at the name lookup (docs/api.md)."""
     if not shutil.which("git"):
         pytest.skip("git is not installed on this host (base shows the host's /usr)")
     repo = tmp_path / "repo"
@@ -270,15 +277,34 @@ def test_git_clone_through_the_proxy_and_its_denial(api, servers, tmp_path):
     subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True)
     subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
     srv = _serve(root=str(tmp_path / "srv"))   # git's "dumb" HTTP protocol: plain files
+    tls = _serve(tls_dir=str(tls_dir), root=str(tmp_path / "srv"))
     try:
-        port = srv.server_address[1]
+        port, tport = srv.server_address[1], tls.server_address[1]
         sid = api.create(network=ALLOW)["id"]
+        assert api.sh(sid, "git config --get http.proxy") == "http://127.0.0.1:3128\n"
         out = api.sh(sid, f"git clone -q http://allowed.test:{port}/repo.git r && cat r/README")
         assert out == "cloned through sbx\n", out
-        r = api.run(sid, f"git clone -q http://other.test:{port}/repo.git r2")
+        out = api.sh(sid, f"git -c http.sslVerify=false clone -q https://allowed.test:{tport}/repo.git r2 && "
+                          "cat r2/README")
+        assert out == "cloned through sbx\n", out
+        # no *_proxy variable at all: git's http.proxy is enough
+        unset = "env -u http_proxy -u HTTP_PROXY -u https_proxy -u HTTPS_PROXY -u ALL_PROXY -u all_proxy"
+        out = api.sh(sid, f"{unset} git -c http.sslVerify=false clone -q https://allowed.test:{tport}/repo.git r3 "
+                          "&& cat r3/README")
+        assert out == "cloned through sbx\n", out
+        r = api.run(sid, f"git clone -q http://other.test:{port}/repo.git r4")
         assert r["exit_code"] != 0 and "403" in r["stderr"], r
+        assert f"remote: sbx: egress to other.test:{port} denied by sandbox network policy (not in allowlist)" \
+            in r["stderr"], r["stderr"]
+        r = api.run(sid, f"git -c http.sslVerify=false clone -q https://other.test:{tport}/repo.git r5")
+        assert r["exit_code"] != 0 and "CONNECT tunnel failed, response 403" in r["stderr"], r
+        r = api.run(sid, "git clone -q git://allowed.test/repo.git r6")
+        assert r["exit_code"] != 0 and "unable to look up allowed.test (port 9418)" in r["stderr"], r
+        r = api.run(sid, "git clone -q ssh://git@allowed.test/repo.git r7", timeout_s=60)
+        assert r["exit_code"] != 0 and "Could not resolve hostname allowed.test" in r["stderr"], r
     finally:
         srv.shutdown()
+        tls.shutdown()
 
 
 def test_cli_create_allow_and_net(api, sbxd_daemon, servers):
@@ -746,7 +772,7 @@ def test_terminal_gets_the_proxy_variables(api, servers):
     out = pty_output(api, sid, f"env | sort; curl -s -m 10 http://allowed.test:{http_port}/; exit\n")
     for line in ("HTTP_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128",
                  "ALL_PROXY=socks5h://127.0.0.1:1080", "NO_PROXY=localhost,127.0.0.1,::1",
-                 "PIP_PROXY=http://127.0.0.1:3128", "MINE=kept",
+                 "PIP_PROXY=http://127.0.0.1:3128", "GIT_CONFIG_VALUE_0=http://127.0.0.1:3128", "MINE=kept",
                  "TERM=xterm-256color"):
         assert line in out.splitlines(), (line, out)
     assert PAGE.decode() in out, out
@@ -799,6 +825,62 @@ def test_socks5_names_are_checked_and_every_attempt_is_an_event(api, servers, sb
     log = sbxd_daemon.log()
     assert "event=forged" in log  # (escaped, inside the line of the event)
     assert not [line for line in log.splitlines() if line.startswith("2099-01-01")], log[-2000:]
+
+
+PROXY_ENV = {
+    "HTTP_PROXY": "http://127.0.0.1:3128", "HTTPS_PROXY": "http://127.0.0.1:3128",
+    "http_proxy": "http://127.0.0.1:3128", "https_proxy": "http://127.0.0.1:3128",
+    "ALL_PROXY": "socks5h://127.0.0.1:1080", "all_proxy": "socks5h://127.0.0.1:1080",
+    "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
+    "PIP_PROXY": "http://127.0.0.1:3128",
+    "npm_config_proxy": "http://127.0.0.1:3128", "npm_config_https_proxy": "http://127.0.0.1:3128",
+    "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.proxy", "GIT_CONFIG_VALUE_0": "http://127.0.0.1:3128",
+}
+STANDARD = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"]
+
+
+def test_every_documented_proxy_variable_is_set_and_works(api, tls_dir, tmp_path):
+    """The variables docs/api.md lists, each with its value - and pip's and
+    npm's own ones are enough for pip and npm with the standard ones gone."""
+    import hashlib as hl
+    import json
+    sid = api.create(network=ALLOW)["id"]
+    env = dict(line.split("=", 1) for line in api.sh(sid, "env").splitlines() if "=" in line)
+    assert {k: env.get(k) for k in PROXY_ENV} == PROXY_ENV, env
+    assert "GIT_PROXY_COMMAND" not in env, env
+    assert ":env:.proxy='http://127.0.0.1:3128'" in api.sh(sid, "python3 -m pip config list")
+    # a package index (https) and an npm registry (http) on this machine
+    root = tmp_path / "www"
+    (root / "simple" / "sbxdemo").mkdir(parents=True)
+    (root / "files").mkdir()
+    whl = root / "files" / "sbxdemo-1.0-py3-none-any.whl"
+    _wheel(whl)
+    sha = hl.sha256(whl.read_bytes()).hexdigest()
+    (root / "simple" / "sbxdemo" / "index.html").write_text(
+        f'<a href="../../files/{whl.name}#sha256={sha}">{whl.name}</a>\n')
+    (root / "sbxdemo").write_text(json.dumps({"name": "sbxdemo", "dist-tags": {"latest": "1.0.0"},
+                                              "versions": {"1.0.0": {"name": "sbxdemo", "version": "1.0.0"}}}))
+    tls, plain = _serve(tls_dir=str(tls_dir), root=str(root)), _serve(root=str(root))
+    try:
+        unset = "env " + " ".join(f"-u {k}" for k in STANDARD)
+        r = api.run(sid, f"{unset} python3 -m pip download --no-deps --disable-pip-version-check --retries 0 "
+                         f"--timeout 10 -d dl --index-url https://allowed.test:{tls.server_address[1]}/simple "
+                         "--trusted-host allowed.test sbxdemo && ls dl")
+        assert r["exit_code"] == 0 and whl.name in r["stdout"], r
+        if shutil.which("npm"):
+            assert api.sh(sid, "npm config get proxy https-proxy") == \
+                "proxy=http://127.0.0.1:3128\nhttps-proxy=http://127.0.0.1:3128\n"
+            r = api.run(sid, f"{unset} npm view --json --fetch-retries 0 "
+                             f"--registry http://allowed.test:{plain.server_address[1]}/ sbxdemo version",
+                        timeout_s=120)
+            assert r["exit_code"] == 0 and json.loads(r["stdout"]) == "1.0.0", r
+            r = api.run(sid, f"{unset} npm view --fetch-retries 0 "
+                             f"--registry http://other.test:{plain.server_address[1]}/ sbxdemo version",
+                        timeout_s=120)
+            assert r["exit_code"] != 0 and "403" in r["stdout"] + r["stderr"], r
+    finally:
+        tls.shutdown()
+        plain.shutdown()
 
 
 # --------------------------------------------------------------------------
