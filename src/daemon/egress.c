@@ -449,6 +449,7 @@ typedef struct box_net {
     int fds[2];              /* HTTP, SOCKS5 listeners (in the sandbox's netns) */
     sbx_net_policy *policy;  /* guarded by lock */
     int active;              /* connections being served; guarded by lock */
+    pid_t pid;               /* the sandbox's sbx-init (its network namespace) */
     pid_t slirp_pid;         /* mode open: its slirp4netns (netopen.c), else 0 */
     int exit_fd;             /* closing it ends slirp4netns */
     int log_fd;              /* mode open: its connection log (netopen.c), else -1 */
@@ -461,6 +462,14 @@ static pthread_t acceptor;
 static int wake[2] = { -1, -1 };
 static bool running;
 static char *test_hosts; /* SBX_TEST_EGRESS_HOSTS */
+/* Mode open's tables are made from a policy and the host's addresses: one
+ * maker at a time (a policy change, a change of the host's addresses), so
+ * that the last table made is from the policy in force. */
+static pthread_mutex_t rules_lock = PTHREAD_MUTEX_INITIALIZER;
+static int addr_watch = -1;              /* rtnetlink: the host's addresses changed */
+static bool refresh_wanted, refreshing;  /* guarded by lock */
+static unsigned addr_gen;                /* changes seen; guarded by lock */
+static void want_refresh(void);
 
 static void poke(void)
 {
@@ -588,8 +597,11 @@ static void teardown(box_net *b, pid_t pid)
         close(b->fds[1]);
     if (b->log_fd >= 0)
         close(b->log_fd);
-    if (b->slirp_pid > 0)
+    if (b->slirp_pid > 0) { /* (no table made again behind its back: rules_lock) */
+        pthread_mutex_lock(&rules_lock);
         sbx_netopen_stop(pid, b->slirp_pid, b->exit_fd);
+        pthread_mutex_unlock(&rules_lock);
+    }
     put_policy(b->policy);
     free(b);
 }
@@ -610,14 +622,20 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
         pid_t sp = b->slirp_pid;
         int fd = b->exit_fd;
         pthread_mutex_unlock(&lock);
+        pthread_mutex_lock(&rules_lock);
         if (sbx_netopen_start(pid, p, &sp, &fd, err) < 0) {
+            pthread_mutex_unlock(&rules_lock);
             put_policy(p);
             return -1;
         }
         pthread_mutex_lock(&lock);
-        sbx_net_policy *old = b->policy;
-        b->policy = p;
+        sbx_net_policy *old = p;
+        if (find_box(id) == b) { /* (else it ended meanwhile) */
+            old = b->policy;
+            b->policy = p;
+        }
         pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&rules_lock);
         put_policy(old);
         return 0;
     }
@@ -636,7 +654,11 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
     snprintf(b->id, sizeof b->id, "%s", id);
     snprintf(b->key_id, sizeof b->key_id, "%s", key_id);
     b->fds[0] = b->fds[1] = b->exit_fd = b->log_fd = -1;
+    b->pid = pid;
     b->policy = p;
+    pthread_mutex_lock(&lock);
+    unsigned gen = addr_gen; /* a change from here on may have missed its table */
+    pthread_mutex_unlock(&lock);
     if (want_proxy) {
         struct listen_args a = { .pid = pid, .fds = { -1, -1 } };
         int e = sbx_netns_run(pid, listen_in_netns, &a);
@@ -664,11 +686,90 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
         unlink_box(dup);
     b->next = boxes;
     boxes = b;
+    bool stale = want_open && addr_gen != gen;
     pthread_mutex_unlock(&lock);
+    if (stale)
+        want_refresh();
     poke();
     if (dup)
         teardown(dup, 0);
     return 0;
+}
+
+/* The host's addresses changed: every open sandbox's table is made again
+ * (with the policy it has), so that an address the host just gained is
+ * rejected too.  One thread at a time, for as long as changes come. */
+static void *refresh_rules(void *arg)
+{
+    (void) arg;
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        if (!refresh_wanted || !running) {
+            refreshing = false;
+            pthread_mutex_unlock(&lock);
+            return NULL;
+        }
+        refresh_wanted = false;
+        size_t n = 0, done = 0;
+        for (box_net *b = boxes; b; b = b->next)
+            n += b->slirp_pid > 0;
+        char (*ids)[33] = calloc(n + 1, sizeof *ids);
+        n = 0;
+        for (box_net *b = boxes; b && ids; b = b->next)
+            if (b->slirp_pid > 0)
+                snprintf(ids[n++], sizeof ids[0], "%s", b->id);
+        pthread_mutex_unlock(&lock);
+        for (size_t i = 0; i < n; i++) {
+            pthread_mutex_lock(&rules_lock);
+            pthread_mutex_lock(&lock);
+            box_net *b = find_box(ids[i]);
+            sbx_net_policy *p = b && b->slirp_pid > 0 ? b->policy : NULL;
+            pid_t pid = b ? b->pid : 0, sp = b ? b->slirp_pid : 0;
+            int fd = b ? b->exit_fd : -1;
+            if (p)
+                p->refs++;
+            pthread_mutex_unlock(&lock);
+            sbx_error err = { 0 };
+            if (p && sbx_netopen_start(pid, p, &sp, &fd, &err) == 0) /* sp > 0: the table only */
+                done++;
+            else if (p)
+                sbx_log("error", "event=host_addresses_rules_failed sandbox=%s error=\"%s\"", ids[i], err.msg);
+            pthread_mutex_unlock(&rules_lock);
+            put_policy(p);
+        }
+        free(ids);
+        sbx_log("info", "event=host_addresses_changed open_sandboxes_updated=%zu", done);
+    }
+}
+
+static void want_refresh(void)
+{
+    pthread_mutex_lock(&lock);
+    refresh_wanted = true;
+    bool start = !refreshing;
+    refreshing = true;
+    pthread_mutex_unlock(&lock);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (start && pthread_create(&t, &attr, refresh_rules, NULL) != 0) {
+        pthread_mutex_lock(&lock);
+        refreshing = false;
+        pthread_mutex_unlock(&lock);
+        sbx_log("error", "event=host_addresses_rules_failed error=\"no thread\"");
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static void addresses_changed(void)
+{
+    if (!sbx_netopen_addr_changed(addr_watch))
+        return;
+    pthread_mutex_lock(&lock);
+    addr_gen++;
+    pthread_mutex_unlock(&lock);
+    want_refresh();
 }
 
 void sbx_egress_forget(const char *id)
@@ -1400,13 +1501,16 @@ static void *accept_loop(void *arg)
             pthread_mutex_unlock(&lock);
             return NULL;
         }
-        size_t n = 1;
+        /* [0] the wake pipe, [1] the host's addresses, then per box its
+         * HTTP and SOCKS5 listeners and its log: 2 + 3k + 0, 1, 2 */
+        size_t n = 2;
         for (box_net *b = boxes; b; b = b->next)
             n += 3;
         struct pollfd *pf = calloc(n, sizeof *pf);
         box_net **owner = calloc(n, sizeof *owner);
         pf[0] = (struct pollfd){ wake[0], POLLIN, 0 };
-        size_t k = 1;
+        pf[1] = (struct pollfd){ addr_watch, POLLIN, 0 };
+        size_t k = 2;
         for (box_net *b = boxes; b; b = b->next)
             for (int i = 0; i < 3; i++) { /* -1s are not polled */
                 pf[k] = (struct pollfd){ i < 2 ? b->fds[i] : b->log_fd, POLLIN, 0 };
@@ -1422,10 +1526,12 @@ static void *accept_loop(void *arg)
             free(owner);
             continue; /* the set changed: a closed listener must not be polled again */
         }
-        for (size_t i = 1; i < n; i++) {
+        if (pf[1].revents)
+            addresses_changed();
+        for (size_t i = 2; i < n; i++) {
             if (!(pf[i].revents & POLLIN))
                 continue;
-            if (i % 3 == 0) { /* a log: 1 + 3k + 2 */
+            if ((i - 2) % 3 == 2) { /* a log */
                 read_log(owner[i], pf[i].fd);
                 continue;
             }
@@ -1495,6 +1601,10 @@ int sbx_egress_start(sbx_store *store, sbx_error *err)
                         "sbxd's API) at 10.0.2.2 once a CIDR allows it; never set this in production\"");
     if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) < 0)
         return sbx_error_set(err, errno, "pipe");
+    sbx_error werr = { 0 };
+    addr_watch = sbx_netopen_addr_watch(&werr);
+    if (addr_watch < 0) /* open sandboxes then keep the host's addresses of their last table */
+        sbx_log("warn", "event=host_addresses_unwatched error=\"%s\"", werr.msg);
     running = true;
     if (pthread_create(&acceptor, NULL, accept_loop, NULL) != 0) {
         running = false;
@@ -1522,4 +1632,7 @@ void sbx_egress_stop(void)
         all = b->next;
         teardown(b, 0);
     }
+    if (addr_watch >= 0)
+        close(addr_watch);
+    addr_watch = -1;
 }

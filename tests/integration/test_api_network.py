@@ -941,6 +941,29 @@ def test_allowlist_denies_the_hosts_own_addresses(api, host_public_address):
     assert [a["status"] for a in got] == [200, 200, 200] and got[0]["body"] == PAGE.decode().strip(), got
 
 
+def test_open_mode_denies_the_hosts_own_addresses(api, host_public_address):
+    """slirp4netns connects from the host: the host's own addresses (all of
+    them, not only loopback) are rejected in the sandbox's nftables table
+    unless a CIDR names them."""
+    p4, p6 = host_public_address
+    sid = api.create(network={"mode": "open"})["id"]
+    t0 = time.monotonic()
+    code, _, err = curl(api, sid, ["-m", "5", f"http://{HOST_PUBLIC_V4}:{p4}/"])
+    assert code == 7 and time.monotonic() - t0 < 3, (code, err)
+    evs = net_events(api, sid, lambda e: any(x["address"] == HOST_PUBLIC_V4 for x in e))
+    e = [x for x in evs if x["address"] == HOST_PUBLIC_V4][0]
+    assert e["verdict"] == "denied" and e["reason"] == \
+        f"{HOST_PUBLIC_V4} is an address of this host (allow it with a CIDR rule)", e
+    r = api.req("PATCH", f"/v1/sandboxes/{sid}/network", json={"mode": "open", "allow": [f"{HOST_PUBLIC_V4}/32"]})
+    assert r.status_code == 200, r.text
+    assert curl(api, sid, [f"http://{HOST_PUBLIC_V4}:{p4}/"])[:2] == (0, PAGE.decode())
+    # no IPv6 at all in mode open (slirp4netns without --enable-ipv6): the v6 address is not even tried
+    out = api.sh(sid, "python3 -c 'import socket\n"
+                      f"try: socket.create_connection((\"{HOST_PUBLIC_V6}\", {p6}), timeout=3); print(\"connected\")\n"
+                      "except OSError as e: print(e.errno)'")
+    assert out.strip() == "101", out  # ENETUNREACH
+
+
 # --------------------------------------------------------------------------
 # names as rules see them; deny over allow; every special range
 
@@ -1098,3 +1121,33 @@ def test_test_only_settings_are_announced(sbxd_daemon):
     assert re.search(r" warn event=test_setting_active name=SBX_TEST_EGRESS_HOSTS .*TEST ONLY", log), log[:3000]
     assert re.search(r" warn event=test_setting_active name=SBX_TEST_OPEN_HOST_LOOPBACK .*TEST ONLY", log), \
         log[:3000]
+
+
+def test_open_mode_follows_the_hosts_addresses(api):
+    """An address the host gains while an open sandbox runs (DHCP, a VPN,
+    an interface coming up) is rejected too: sbxd hears of it (rtnetlink)
+    and makes every open sandbox's table again."""
+    addr = "11.22.33.45"
+    sid = api.create(network={"mode": "open"})["id"]
+    subprocess.run(["ip", "addr", "add", f"{addr}/32", "dev", "lo"], check=True, capture_output=True)
+    srv = None
+    try:
+        srv = _Server((addr, 0), _Handler)
+        srv.root = None
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        url = f"http://{addr}:{srv.server_address[1]}/"
+        deadline = time.monotonic() + 10
+        while True:
+            code = curl(api, sid, ["-m", "3", "-o", "/dev/null", url])[0]
+            if code == 7 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert code == 7, f"{url} still reached (curl exit {code}) 10 s after the host gained {addr}"
+        evs = net_events(api, sid, lambda e: any(x["address"] == addr for x in e))
+        assert [e for e in evs if e["address"] == addr and e["verdict"] == "denied" and
+                e["reason"].startswith(f"{addr} is an address of this host")], evs
+    finally:
+        if srv:
+            srv.shutdown()
+            srv.server_close()
+        subprocess.run(["ip", "addr", "del", f"{addr}/32", "dev", "lo"], capture_output=True)
