@@ -10,7 +10,17 @@ decimal, hex, octal, link-local metadata, private) and a name resolving
 to a private address; deny over allow; no way out without the proxy
 (unset variables, a direct connection, DNS); a policy changed at run time;
 sbxd killed (nothing gets out) and restarted (the policy is back); the
-event log; bad policies; git clone through the proxy."""
+event log; bad policies; git clone (http, https, git://, ssh://), pip
+download and npm through the proxy, and every proxy variable documented;
+a terminal's environment; names judged before any DNS query (a resolver
+of the test's own); SOCKS5 names with control bytes and invalid UTF-8;
+trailing dots and case; *.x is the subdomains only; a deny CIDR over an
+allowed name; every special range (6to4, Teredo...) over CONNECT and
+SOCKS5; the host's own addresses (an address the test gives this machine)
+in both modes, also one gained while an open sandbox runs; open <->
+allowlist at run time; bytes both ways; domain fronting through the
+Host header; SOCKS5 without "no authentication"; the test settings'
+warnings; mode "open" (slirp4netns) with its deny list and its events."""
 
 import http.server
 import os
@@ -315,6 +325,10 @@ def test_cli_create_allow_and_net(api, sbxd_daemon, servers):
     def run(*args):
         r = subprocess.run([sbx, *args], env=env, capture_output=True, text=True, timeout=60)
         return r.returncode, r.stdout, r.stderr
+    code, out, _ = run("--help")
+    assert code == 0 and "net ID [none | allow RULE... | open [CIDR...]] [--deny RULE]..." in out, out
+    code, out, _ = run("net", "--help")
+    assert code == 0 and "*.example.com: its subdomains only" in out and "open [CIDR...]" in out, out
     code, out, err = run("create", "--allow", "allowed.test", "--deny", "other.test")
     assert code == 0, err
     sid = out.strip()
