@@ -52,6 +52,14 @@ typedef struct sbx_exec_opts {
  * it ended), or started in the background; -1 if it could not run (err). */
 int sbx_box_exec(sbx_daemon *d, sbx_box *b, const sbx_exec_opts *o, int *exit_code, pid_t *pid, sbx_error *err);
 
+/* The environment of a process started in sandbox b as user u: the
+ * defaults (PATH, HOME, USER, LOGNAME, HOSTNAME, LANG), an allowlist
+ * sandbox's proxy variables, the sandbox's envs, then envs (or NULL) over
+ * them.  A NULL-terminated "K=V" list for sbx_strv_free.  Commands and
+ * terminals (api_pty.c) alike: a shell must see what a command sees. */
+char **sbx_box_env(sbx_box *b, const sbx_user *u, json_t *envs);
+void sbx_strv_free(char **v);
+
 /* api_files.c */
 void sbx_api_file_put_begin(sbx_req *r);
 void sbx_api_file_put_data(sbx_req *r, const char *data, size_t len);

@@ -95,7 +95,7 @@ static void resolve_user(sbx_box *b, json_t *who, sbx_user *u, sbx_error *err, i
 }
 
 /* The command's environment: defaults, the sandbox's envs, the request's. */
-static char **build_env(sbx_box *b, const sbx_user *u, json_t *envs)
+char **sbx_box_env(sbx_box *b, const sbx_user *u, json_t *envs)
 {
     json_t *m = json_object();
     json_object_set_new(m, "PATH", json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
@@ -123,7 +123,7 @@ static char **build_env(sbx_box *b, const sbx_user *u, json_t *envs)
     return env;
 }
 
-static void free_strv(char **v)
+void sbx_strv_free(char **v)
 {
     for (size_t i = 0; v && v[i]; i++)
         free(v[i]);
@@ -564,7 +564,7 @@ void sbx_api_cmd_run(sbx_req *r)
         sbx_reply_error(r, 400, "invalid_request", "%s", err.msg);
         goto out;
     }
-    env = build_env(b, &u, envs);
+    env = sbx_box_env(b, &u, envs);
     uint32_t flags = (cwd ? 0 : SBX_EXEC_CWD_OPTIONAL) | (background ? SBX_EXEC_BACKGROUND : 0) |
                      (stdin_data || background ? SBX_EXEC_STDIN_PIPE : 0);
     char cwd_abs[4096];
@@ -651,8 +651,8 @@ out:
     if (b)
         sbx_reg_put(&r->d->reg, b);
     free(stdin_data);
-    free_strv(argv);
-    free_strv(env);
+    sbx_strv_free(argv);
+    sbx_strv_free(env);
     json_decref(j);
 }
 
@@ -884,13 +884,13 @@ int sbx_box_exec(sbx_daemon *d, sbx_box *b, const sbx_exec_opts *o, int *exit_co
     json_decref(who);
     if (bad)
         return -1;
-    char **env = build_env(b, &u, o->envs);
+    char **env = sbx_box_env(b, &u, o->envs);
     const char *cwd = o->cwd ? o->cwd : b->tpl.workdir[0] ? b->tpl.workdir : u.home;
     uint32_t flags = (o->cwd ? 0 : SBX_EXEC_CWD_OPTIONAL) | (o->background ? SBX_EXEC_BACKGROUND | SBX_EXEC_STDIN_PIPE : 0) |
                      (o->root_caps ? SBX_EXEC_ROOT_CAPS : 0);
     sbx_buf req = { 0 };
     sbx_exec_req_encode(&req, u.uid, u.gid, flags, o->timeout_s, cwd, o->argv, env);
-    free_strv(env);
+    sbx_strv_free(env);
     if (req.failed) {
         sbx_buf_free(&req);
         return sbx_error_set(err, E2BIG, "command line and environment exceed %u bytes", SBX_CTL_MAX_FRAME);

@@ -274,20 +274,22 @@ void sbx_api_pty(sbx_req *r)
         sbx_reply_error(r, 400, "invalid_request", "%s", err.msg);
         return;
     }
-    /* a login shell in the user's home, with a terminal type */
-    char *envp[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm-256color",
-                     "LANG=C.UTF-8", NULL, NULL, NULL, NULL };
-    char home[300], user[80], host[80];
-    snprintf(home, sizeof home, "HOME=%s", u.home);
-    snprintf(user, sizeof user, "USER=%s", u.name);
-    snprintf(host, sizeof host, "HOSTNAME=%s", b->hostname);
-    envp[3] = home;
-    envp[4] = user;
-    envp[5] = host;
+    /* a login shell in the user's home, with a terminal type, and the
+     * environment a command gets (an allowlist sandbox's proxy variables
+     * among it: a terminal is no way around them) */
+    json_t *term = json_pack("{s:s}", "TERM", "xterm-256color");
+    char **envp = sbx_box_env(b, &u, term);
+    json_decref(term);
     /* the sandbox's bash if its template has one, else its sh */
     char *argv[] = { "/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l; exec sh -l", NULL };
     sbx_buf req = { 0 };
     sbx_exec_req_encode(&req, u.uid, u.gid, SBX_EXEC_PTY | SBX_EXEC_CWD_OPTIONAL, 0, u.home, argv, envp);
+    sbx_strv_free(envp);
+    if (req.failed) {
+        sbx_buf_free(&req);
+        sbx_reply_error(r, 413, "too_large", "the shell's environment exceeds %u bytes", SBX_CTL_MAX_FRAME);
+        return;
+    }
     uint32_t type;
     uint8_t *p = NULL;
     size_t len;

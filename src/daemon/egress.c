@@ -246,6 +246,48 @@ json_t *sbx_net_policy_json(const sbx_net_policy *p)
     return o;
 }
 
+static bool ascii_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+bool sbx_net_host_normalize(const char *in, size_t len, char *out, size_t out_len)
+{
+    if (len >= out_len || memchr(in, '\0', len))
+        return false;
+    if (memchr(in, ':', len)) { /* an IPv6 literal: what inet_pton reads and nothing else (no zone) */
+        unsigned char a[16];
+        memcpy(out, in, len);
+        out[len] = '\0';
+        for (char *c = out; *c; c++)
+            *c = (char) tolower((unsigned char) *c);
+        return len < INET6_ADDRSTRLEN && inet_pton(AF_INET6, out, a) == 1;
+    }
+    /* one trailing dot is the DNS root: "evil.com." is "evil.com", and a
+     * rule for one is a rule for the other */
+    if (len && in[len - 1] == '.')
+        len--;
+    if (len == 0 || len > 253)
+        return false;
+    size_t label = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '.') {
+            if (label == 0) /* an empty label: ".a", "a..b" */
+                return false;
+            label = 0;
+        } else if (ascii_alnum(c) || c == '-' || c == '_') { /* what http_parser takes in a host */
+            if (++label > 63)
+                return false;
+        } else {
+            return false;
+        }
+        out[i] = (char) tolower((unsigned char) c);
+    }
+    out[len] = '\0';
+    return label > 0; /* "a.b.." ends in an empty label */
+}
+
 static bool domain_matches(const char *rule, const char *host)
 {
     if (strncmp(rule, "*.", 2) == 0) {
@@ -275,6 +317,9 @@ static const char *const special_nets[] = {
     "224.0.0.0/4",   "240.0.0.0/4",   "::/128",        "::1/128",         "::/96",          "64:ff9b::/96",
     "64:ff9b:1::/48", "100::/64",     "2001:db8::/32", "fc00::/7",        "fe80::/10",      "fec0::/10",
     "ff00::/8",
+    /* 6to4 and Teredo carry an IPv4 address inside (RFC 3056, RFC 4380):
+     * a relay would take the connection to it, whatever range it is in */
+    "2002::/16",     "2001::/32",
 };
 static const size_t n_special_nets = sizeof special_nets / sizeof *special_nets;
 
@@ -295,28 +340,40 @@ static const char *special_range(int family, const unsigned char *a)
     return NULL;
 }
 
+/* The address bytes of sa, and their family: ::ffff:a.b.c.d is a.b.c.d. */
+static int address_of(const struct sockaddr *sa, unsigned char a[16])
+{
+    if (sa->sa_family == AF_INET) {
+        memcpy(a, &((const struct sockaddr_in *) sa)->sin_addr, 4);
+        return AF_INET;
+    }
+    memcpy(a, &((const struct sockaddr_in6 *) sa)->sin6_addr, 16);
+    static const unsigned char v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    if (memcmp(a, v4mapped, 12) == 0) {
+        memmove(a, a + 12, 4);
+        return AF_INET;
+    }
+    return AF_INET6;
+}
+
 bool sbx_net_policy_allows(const sbx_net_policy *p, const char *host, const struct sockaddr *sa, bool mapped,
                            char *reason, size_t reason_len)
 {
-    int family = sa->sa_family;
     unsigned char a[16];
-    if (family == AF_INET) {
-        memcpy(a, &((const struct sockaddr_in *) sa)->sin_addr, 4);
-    } else {
-        memcpy(a, &((const struct sockaddr_in6 *) sa)->sin6_addr, 16);
-        /* ::ffff:a.b.c.d is a.b.c.d */
-        static const unsigned char v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-        if (memcmp(a, v4mapped, 12) == 0) {
-            memmove(a, a + 12, 4);
-            family = AF_INET;
-        }
-    }
+    int family = address_of(sa, a);
     char addr[INET6_ADDRSTRLEN];
     inet_ntop(family, a, addr, sizeof addr);
     if (!p || !p->allowlist) {
         snprintf(reason, reason_len, "network mode is none");
         return false;
     }
+    char norm[256];
+    if (host && !sbx_net_host_normalize(host, strlen(host), norm, sizeof norm)) {
+        snprintf(reason, reason_len, "not a valid host name");
+        return false;
+    }
+    if (host)
+        host = norm;
     for (size_t i = 0; i < p->n_deny_dom; i++)
         if (host && domain_matches(p->deny_dom[i], host)) {
             snprintf(reason, reason_len, "%s is denied by rule %s", host, p->deny_dom[i]);
@@ -349,6 +406,41 @@ bool sbx_net_policy_allows(const sbx_net_policy *p, const char *host, const stru
     return false;
 }
 
+int sbx_net_policy_name_verdict(const sbx_net_policy *p, const char *host, char *reason, size_t reason_len)
+{
+    if (!p || !p->allowlist) {
+        snprintf(reason, reason_len, "network mode is none");
+        return SBX_NAME_DENIED;
+    }
+    char norm[256];
+    if (!sbx_net_host_normalize(host, strlen(host), norm, sizeof norm)) {
+        snprintf(reason, reason_len, "not a valid host name");
+        return SBX_NAME_DENIED;
+    }
+    for (size_t i = 0; i < p->n_deny_dom; i++)
+        if (domain_matches(p->deny_dom[i], norm)) {
+            snprintf(reason, reason_len, "%s is denied by rule %s", norm, p->deny_dom[i]);
+            return SBX_NAME_DENIED;
+        }
+    for (size_t i = 0; i < p->n_allow_dom; i++)
+        if (domain_matches(p->allow_dom[i], norm))
+            return SBX_NAME_ALLOWED;
+    if (p->n_allow_net)
+        return SBX_NAME_BY_ADDRESS;
+    snprintf(reason, reason_len, "not in allowlist");
+    return SBX_NAME_DENIED;
+}
+
+bool sbx_net_policy_cidr_allows(const sbx_net_policy *p, const struct sockaddr *sa)
+{
+    unsigned char a[16];
+    int family = address_of(sa, a);
+    for (size_t i = 0; p && i < p->n_allow_net; i++)
+        if (in_cidr(&p->allow_net[i], family, a))
+            return true;
+    return false;
+}
+
 /* ---- listeners ----------------------------------------------------------- */
 
 typedef struct box_net {
@@ -357,6 +449,7 @@ typedef struct box_net {
     int fds[2];              /* HTTP, SOCKS5 listeners (in the sandbox's netns) */
     sbx_net_policy *policy;  /* guarded by lock */
     int active;              /* connections being served; guarded by lock */
+    pid_t pid;               /* the sandbox's sbx-init (its network namespace) */
     pid_t slirp_pid;         /* mode open: its slirp4netns (netopen.c), else 0 */
     int exit_fd;             /* closing it ends slirp4netns */
     int log_fd;              /* mode open: its connection log (netopen.c), else -1 */
@@ -369,6 +462,14 @@ static pthread_t acceptor;
 static int wake[2] = { -1, -1 };
 static bool running;
 static char *test_hosts; /* SBX_TEST_EGRESS_HOSTS */
+/* Mode open's tables are made from a policy and the host's addresses: one
+ * maker at a time (a policy change, a change of the host's addresses), so
+ * that the last table made is from the policy in force. */
+static pthread_mutex_t rules_lock = PTHREAD_MUTEX_INITIALIZER;
+static int addr_watch = -1;              /* rtnetlink: the host's addresses changed */
+static bool refresh_wanted, refreshing;  /* guarded by lock */
+static unsigned addr_gen;                /* changes seen; guarded by lock */
+static void want_refresh(void);
 
 static void poke(void)
 {
@@ -496,8 +597,11 @@ static void teardown(box_net *b, pid_t pid)
         close(b->fds[1]);
     if (b->log_fd >= 0)
         close(b->log_fd);
-    if (b->slirp_pid > 0)
+    if (b->slirp_pid > 0) { /* (no table made again behind its back: rules_lock) */
+        pthread_mutex_lock(&rules_lock);
         sbx_netopen_stop(pid, b->slirp_pid, b->exit_fd);
+        pthread_mutex_unlock(&rules_lock);
+    }
     put_policy(b->policy);
     free(b);
 }
@@ -518,14 +622,20 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
         pid_t sp = b->slirp_pid;
         int fd = b->exit_fd;
         pthread_mutex_unlock(&lock);
+        pthread_mutex_lock(&rules_lock);
         if (sbx_netopen_start(pid, p, &sp, &fd, err) < 0) {
+            pthread_mutex_unlock(&rules_lock);
             put_policy(p);
             return -1;
         }
         pthread_mutex_lock(&lock);
-        sbx_net_policy *old = b->policy;
-        b->policy = p;
+        sbx_net_policy *old = p;
+        if (find_box(id) == b) { /* (else it ended meanwhile) */
+            old = b->policy;
+            b->policy = p;
+        }
         pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&rules_lock);
         put_policy(old);
         return 0;
     }
@@ -544,7 +654,11 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
     snprintf(b->id, sizeof b->id, "%s", id);
     snprintf(b->key_id, sizeof b->key_id, "%s", key_id);
     b->fds[0] = b->fds[1] = b->exit_fd = b->log_fd = -1;
+    b->pid = pid;
     b->policy = p;
+    pthread_mutex_lock(&lock);
+    unsigned gen = addr_gen; /* a change from here on may have missed its table */
+    pthread_mutex_unlock(&lock);
     if (want_proxy) {
         struct listen_args a = { .pid = pid, .fds = { -1, -1 } };
         int e = sbx_netns_run(pid, listen_in_netns, &a);
@@ -572,11 +686,90 @@ int sbx_egress_set(const char *id, const char *key_id, pid_t pid, sbx_net_policy
         unlink_box(dup);
     b->next = boxes;
     boxes = b;
+    bool stale = want_open && addr_gen != gen;
     pthread_mutex_unlock(&lock);
+    if (stale)
+        want_refresh();
     poke();
     if (dup)
         teardown(dup, 0);
     return 0;
+}
+
+/* The host's addresses changed: every open sandbox's table is made again
+ * (with the policy it has), so that an address the host just gained is
+ * rejected too.  One thread at a time, for as long as changes come. */
+static void *refresh_rules(void *arg)
+{
+    (void) arg;
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        if (!refresh_wanted || !running) {
+            refreshing = false;
+            pthread_mutex_unlock(&lock);
+            return NULL;
+        }
+        refresh_wanted = false;
+        size_t n = 0, done = 0;
+        for (box_net *b = boxes; b; b = b->next)
+            n += b->slirp_pid > 0;
+        char (*ids)[33] = calloc(n + 1, sizeof *ids);
+        n = 0;
+        for (box_net *b = boxes; b && ids; b = b->next)
+            if (b->slirp_pid > 0)
+                snprintf(ids[n++], sizeof ids[0], "%s", b->id);
+        pthread_mutex_unlock(&lock);
+        for (size_t i = 0; i < n; i++) {
+            pthread_mutex_lock(&rules_lock);
+            pthread_mutex_lock(&lock);
+            box_net *b = find_box(ids[i]);
+            sbx_net_policy *p = b && b->slirp_pid > 0 ? b->policy : NULL;
+            pid_t pid = b ? b->pid : 0, sp = b ? b->slirp_pid : 0;
+            int fd = b ? b->exit_fd : -1;
+            if (p)
+                p->refs++;
+            pthread_mutex_unlock(&lock);
+            sbx_error err = { 0 };
+            if (p && sbx_netopen_start(pid, p, &sp, &fd, &err) == 0) /* sp > 0: the table only */
+                done++;
+            else if (p)
+                sbx_log("error", "event=host_addresses_rules_failed sandbox=%s error=\"%s\"", ids[i], err.msg);
+            pthread_mutex_unlock(&rules_lock);
+            put_policy(p);
+        }
+        free(ids);
+        sbx_log("info", "event=host_addresses_changed open_sandboxes_updated=%zu", done);
+    }
+}
+
+static void want_refresh(void)
+{
+    pthread_mutex_lock(&lock);
+    refresh_wanted = true;
+    bool start = !refreshing;
+    refreshing = true;
+    pthread_mutex_unlock(&lock);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (start && pthread_create(&t, &attr, refresh_rules, NULL) != 0) {
+        pthread_mutex_lock(&lock);
+        refreshing = false;
+        pthread_mutex_unlock(&lock);
+        sbx_log("error", "event=host_addresses_rules_failed error=\"no thread\"");
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static void addresses_changed(void)
+{
+    if (!sbx_netopen_addr_changed(addr_watch))
+        return;
+    pthread_mutex_lock(&lock);
+    addr_gen++;
+    pthread_mutex_unlock(&lock);
+    want_refresh();
 }
 
 void sbx_egress_forget(const char *id)
@@ -593,15 +786,21 @@ void sbx_egress_envs(json_t *env)
 {
     static const char http[] = "http://127.0.0.1:3128", socks[] = "socks5h://127.0.0.1:1080";
     static const char no_proxy[] = "localhost,127.0.0.1,::1";
+    /* curl, wget, Python (urllib, requests, pip), Node's tools and git read
+     * the *_proxy forms; pip and npm have their own too.  git reads
+     * http(s)_proxy itself, and its http.proxy setting (given here as
+     * GIT_CONFIG_COUNT/KEY/VALUE: no file written) holds even for a
+     * command that drops the proxy variables.  git:// and ssh:// have no
+     * proxy here: they fail to resolve the name (docs/api.md). */
     const char *const kv[][2] = {
-        { "HTTP_PROXY", http },       { "HTTPS_PROXY", http },   { "http_proxy", http },
-        { "https_proxy", http },      { "ALL_PROXY", socks },    { "all_proxy", socks },
-        { "NO_PROXY", no_proxy },     { "no_proxy", no_proxy },  { "PIP_PROXY", http },
-        { "npm_config_proxy", http }, { "npm_config_https_proxy", http }, { "GIT_PROXY_COMMAND", "" },
+        { "HTTP_PROXY", http },        { "HTTPS_PROXY", http },          { "http_proxy", http },
+        { "https_proxy", http },       { "ALL_PROXY", socks },           { "all_proxy", socks },
+        { "NO_PROXY", no_proxy },      { "no_proxy", no_proxy },         { "PIP_PROXY", http },
+        { "npm_config_proxy", http },  { "npm_config_https_proxy", http }, { "GIT_CONFIG_COUNT", "1" },
+        { "GIT_CONFIG_KEY_0", "http.proxy" }, { "GIT_CONFIG_VALUE_0", http },
     };
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
-        if (kv[i][1][0])
-            json_object_set_new(env, kv[i][0], json_string(kv[i][1]));
+        json_object_set_new(env, kv[i][0], json_string(kv[i][1]));
 }
 
 /* ---- one connection ------------------------------------------------------ */
@@ -658,32 +857,79 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+/* What an attempt came to. */
+enum verdict { ALLOWED, DENIED, FAILED };
+
+/* len bytes (anything, NULs included) with every byte a log line or a
+ * JSON string could not carry as it is - control bytes, '"', anything
+ * beyond ASCII (invalid UTF-8 among it) - written as \xNN.  Hosts are
+ * checked before they get here, but what a check refused is shown too, and
+ * an event is never dropped for its bytes.  ('\\' stays: text already
+ * written this way is left as it is.) */
+static const char *printable_n(const char *in, size_t len, char *out, size_t out_len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 < out_len; i++) {
+        unsigned char ch = (unsigned char) in[i];
+        if (ch < 0x20 || ch > 0x7e || ch == '"')
+            o += (size_t) snprintf(out + o, out_len - o, "\\x%02x", ch);
+        else
+            out[o++] = (char) ch;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static const char *printable(const char *text, char *out, size_t out_len)
+{
+    return printable_n(text ? text : "", text ? strlen(text) : 0, out, out_len);
+}
+
+/* The sentence a denial or failure is explained with, to the client and
+ * in the event: "sbx: egress to HOST:PORT denied by sandbox network
+ * policy (REASON)". */
+static void explain(char *out, size_t len, const char *host, int port, enum verdict v, const char *reason)
+{
+    unsigned char a6[16];
+    bool v6 = inet_pton(AF_INET6, host, a6) == 1;
+    snprintf(out, len, "sbx: egress to %s%s%s:%d %s (%s)", v6 ? "[" : "", host, v6 ? "]" : "", port,
+             v == DENIED ? "denied by sandbox network policy" : "failed", reason);
+}
+
 /* A `net` event of sandbox box.  up and down < 0: not counted (open
  * mode: the kernel lets connections out, no proxy sees their bytes). */
 static void net_event(const char *box, const char *key_id, const char *proto, const char *host, const char *addr,
-                      int port, bool allowed, const char *reason, int64_t up, int64_t down)
+                      int port, enum verdict v, const char *reason, int64_t up, int64_t down)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s?, s:i, s:s}", "proto", proto, "host", host ? host : "", "address",
-                          addr && *addr ? addr : NULL, "port", port, "verdict", allowed ? "allowed" : "denied");
+    static const char *const names[] = { "allowed", "denied", "failed" };
+    char h[1100], r[2100], m[3300];
+    printable(host, h, sizeof h);
+    printable(reason, r, sizeof r);
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:i, s:s}", "proto", proto, "host", h, "address",
+                          addr && *addr ? addr : NULL, "port", port, "verdict", names[v]);
     json_object_set_new(o, "bytes_out", up < 0 ? json_null() : json_integer(up));
     json_object_set_new(o, "bytes_in", down < 0 ? json_null() : json_integer(down));
-    if (reason && *reason)
-        json_object_set_new(o, "reason", json_string(reason));
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (s) {
-        sbx_store_event(store_, box, key_id, "net", s);
-        free(s);
+    if (v != ALLOWED) {
+        json_object_set_new(o, "reason", json_string(r));
+        explain(m, sizeof m, h[0] ? h : addr ? addr : "?", port, v, r);
+        json_object_set_new(o, "message", json_string(m));
     }
-    sbx_log(allowed ? "info" : "warn", "event=egress sandbox=%s proto=%s host=%s address=%s port=%d verdict=%s%s%s%s",
-            box, proto, host ? host : "", addr ? addr : "", port, allowed ? "allowed" : "denied",
-            reason && *reason ? " reason=\"" : "", reason ? reason : "", reason && *reason ? "\"" : "");
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s)
+        sbx_store_event(store_, box, key_id, "net", s);
+    else /* cannot happen with the text made printable; said loudly if it does */
+        sbx_log("error", "event=egress_event_lost sandbox=%s", box);
+    free(s);
+    sbx_log(v == ALLOWED ? "info" : "warn", "event=egress sandbox=%s proto=%s host=%s address=%s port=%d verdict=%s%s%s%s",
+            box, proto, h, addr ? addr : "", port, names[v], v != ALLOWED ? " reason=\"" : "", v != ALLOWED ? r : "",
+            v != ALLOWED ? "\"" : "");
 }
 
-static void event(conn *c, const char *proto, const char *host, const char *addr, int port, bool allowed,
+static void event(conn *c, const char *proto, const char *host, const char *addr, int port, enum verdict v,
                   const char *reason, uint64_t up, uint64_t down)
 {
-    net_event(c->box, c->key_id, proto, host, addr, port, allowed, reason, (int64_t) up, (int64_t) down);
+    net_event(c->box, c->key_id, proto, host, addr, port, v, reason, (int64_t) up, (int64_t) down);
 }
 
 /* A name from SBX_TEST_EGRESS_HOSTS, as a numeric address; NULL if none.
@@ -707,22 +953,47 @@ static const char *test_host(const char *host, char *buf, size_t len, bool *trus
     return NULL;
 }
 
-/* Resolve host, decide, connect to the first allowed address.  The fd, or
- * -1 with *denied (a policy verdict, reason filled) or not (a failure). */
+/* Whether addr is one of this host's own (a connection to it reaches the
+ * host's services, sbxd's API among them): it is if a socket can be bound
+ * to it.  Asked of the kernel at each connection, so an address the host
+ * gained a moment ago counts; fd is left unbound when the answer is no. */
+static bool host_address(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    struct sockaddr_storage ss;
+    memcpy(&ss, addr, len);
+    if (ss.ss_family == AF_INET)
+        ((struct sockaddr_in *) &ss)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *) &ss)->sin6_port = 0;
+    int one = 1; /* take no port: the answer is all we want */
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    return bind(fd, (struct sockaddr *) &ss, len) == 0 || errno == EADDRINUSE;
+}
+
+/* Decide, resolve, connect to the first allowed address.  host is
+ * canonical (sbx_net_host_normalize).  The name rules come first: a name
+ * they deny never reaches a resolver (a DNS query is a way out of the
+ * sandbox too).  The fd, or -1 with *denied (a policy verdict, reason
+ * filled) or not (a failure). */
 static int dial(conn *c, const char *host, int port, char *addr_out, size_t addr_len, bool *denied, char *reason,
                 size_t reason_len)
 {
     *denied = false;
     addr_out[0] = '\0';
-    char mapped[128];
-    bool trusted;
-    const char *name = test_host(host, mapped, sizeof mapped, &trusted);
     /* A name made of digits, dots and hex is an address (inet_aton reads
      * "2130706433", "0x7f.1", "127.1"): it is judged as one, never as a
-     * domain rule's name. */
+     * domain rule's name, and never resolved. */
     struct in_addr v4;
     bool literal = inet_aton(host, &v4) == 1 || strchr(host, ':');
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+    if (!literal && sbx_net_policy_name_verdict(c->policy, host, reason, reason_len) == SBX_NAME_DENIED) {
+        *denied = true;
+        return -1;
+    }
+    char mapped[128];
+    bool trusted = false;
+    const char *name = literal ? NULL : test_host(host, mapped, sizeof mapped, &trusted);
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = literal || name ? AI_NUMERICHOST : 0 };
     struct addrinfo *res = NULL;
     char portstr[8];
     snprintf(portstr, sizeof portstr, "%d", port);
@@ -733,6 +1004,7 @@ static int dial(conn *c, const char *host, int port, char *addr_out, size_t addr
     }
     int fd = -1;
     char why[300] = "";
+    snprintf(reason, reason_len, "%s has no address", host);
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
         char addr[INET6_ADDRSTRLEN] = "";
         getnameinfo(ai->ai_addr, ai->ai_addrlen, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
@@ -740,13 +1012,21 @@ static int dial(conn *c, const char *host, int port, char *addr_out, size_t addr
         /* policies are immutable once made: no lock to read one */
         bool ok = sbx_net_policy_allows(c->policy, literal ? NULL : host, ai->ai_addr, name && trusted, why,
                                         sizeof why);
+        if (ok)
+            fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (ok && fd >= 0 && !(name && trusted) && !sbx_net_policy_cidr_allows(c->policy, ai->ai_addr) &&
+            host_address(fd, ai->ai_addr, ai->ai_addrlen)) {
+            snprintf(why, sizeof why, "%s is an address of this host (allow it with a CIDR rule)", addr);
+            ok = false;
+            close(fd);
+            fd = -1;
+        }
         if (!ok) {
             *denied = true;
             snprintf(reason, reason_len, "%s", why);
             continue;
         }
         *denied = false;
-        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
             continue;
         int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
@@ -906,6 +1186,59 @@ static bool hop_by_hop(const char *line, size_t len)
     return false;
 }
 
+/* A plain-HTTP request's Host header must name the host (and port) it is
+ * sent to: a server that serves many names would otherwise answer for the
+ * one in Host, not the allowed one the request went to (domain fronting).
+ * 0: it does, or there is none (*has tells); -1: reason says what it names. */
+static int check_host_header(const char *head, const char *end, const char *host, int port, bool *has, char *reason,
+                             size_t reason_len)
+{
+    *has = false;
+    const char *line = strstr(head, "\r\n");
+    for (line = line ? line + 2 : end; line < end;) {
+        const char *eol = strstr(line, "\r\n");
+        if (!eol || eol == line)
+            break;
+        if (eol - line >= 5 && strncasecmp(line, "host:", 5) == 0) {
+            const char *v = line + 5, *ve = eol;
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            const char *hs = v, *he = ve, *colon = NULL;
+            if (v < ve && *v == '[') { /* [v6]:port */
+                const char *close = memchr(v, ']', (size_t) (ve - v));
+                hs = v + 1;
+                he = close ? close : ve;
+                colon = close && close + 1 < ve && close[1] == ':' ? close + 1 : NULL;
+            } else {
+                colon = memrchr(v, ':', (size_t) (ve - v));
+                he = colon ? colon : ve;
+            }
+            char name[256], shown[300];
+            long hport = 80;
+            if (colon) {
+                char *pe;
+                char digits[8];
+                snprintf(digits, sizeof digits, "%.*s", (int) (ve - colon - 1), colon + 1);
+                hport = strtol(digits, &pe, 10);
+                if (!digits[0] || *pe || ve - colon - 1 > 5)
+                    hport = -1;
+            }
+            if (*has || !sbx_net_host_normalize(hs, (size_t) (he - hs), name, sizeof name) || hport != port ||
+                strcmp(name, host) != 0) {
+                printable_n(v, (size_t) (ve - v), shown, sizeof shown);
+                snprintf(reason, reason_len, "%s: the Host header must name the host the request goes to",
+                         *has ? "more than one Host header" : shown);
+                return -1;
+            }
+            *has = true;
+        }
+        line = eol + 2;
+    }
+    return 0;
+}
+
 static void serve_http(conn *c)
 {
     char *buf = malloc(HEAD_MAX + 1);
@@ -953,23 +1286,30 @@ static void serve_http(conn *c)
                    "sbx: the egress proxy takes CONNECT host:port or an absolute http:// URL");
         goto out;
     }
-    char host[256];
-    snprintf(host, sizeof host, "%.*s", (int) u.field_data[UF_HOST].len, h.url + u.field_data[UF_HOST].off);
     if (!is_connect && (!(u.field_set & (1 << UF_SCHEMA)) || u.field_data[UF_SCHEMA].len != 4 ||
                         strncasecmp(h.url + u.field_data[UF_SCHEMA].off, "http", 4) != 0)) {
         http_reply(c->fd, 400, "Bad Request", "sbx: plain proxying is for http:// URLs; use CONNECT for https");
         goto out;
     }
-    int port = u.field_set & (1 << UF_PORT) ? u.port : 80;
-    char addr[INET6_ADDRSTRLEN], reason[512], msg[1024];
-    bool denied;
-    int up = dial(c, host, port, addr, sizeof addr, &denied, reason, sizeof reason);
     const char *proto = is_connect ? "http-connect" : "http";
+    int port = u.field_set & (1 << UF_PORT) ? u.port : 80;
+    char host[256], addr[INET6_ADDRSTRLEN] = "", reason[512], msg[1024];
+    bool denied = true, has_host = false;
+    int up = -1;
+    if (!sbx_net_host_normalize(h.url + u.field_data[UF_HOST].off, u.field_data[UF_HOST].len, host, sizeof host)) {
+        printable_n(h.url + u.field_data[UF_HOST].off, u.field_data[UF_HOST].len, host, sizeof host);
+        snprintf(reason, sizeof reason, "not a valid host name");
+    } else if (!is_connect &&
+               check_host_header(buf, end_of_head, host, port, &has_host, reason, sizeof reason) < 0) {
+        /* denied: reason says which Host */
+    } else {
+        up = dial(c, host, port, addr, sizeof addr, &denied, reason, sizeof reason);
+    }
     if (up < 0) {
-        snprintf(msg, sizeof msg, "sbx: egress to %s:%d %s (%s)", host, port,
-                 denied ? "denied by sandbox network policy" : "failed", reason);
+        enum verdict v = denied ? DENIED : FAILED;
+        explain(msg, sizeof msg, host, port, v, reason);
         http_reply(c->fd, denied ? 403 : 502, denied ? "Forbidden" : "Bad Gateway", msg);
-        event(c, proto, host, addr, port, false, reason, 0, 0);
+        event(c, proto, host, addr, port, v, reason, 0, 0);
         goto out;
     }
     uint64_t bytes_up = 0, bytes_down = 0;
@@ -1000,6 +1340,9 @@ static void serve_http(conn *c)
                 fprintf(f, "%.*s\r\n", (int) (eol - line), line);
             line = eol + 2;
         }
+        if (!has_host) /* HTTP/1.0 may leave it out; the server is told which host was asked for */
+            fprintf(f, "Host: %s%s%s:%d\r\n", strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+                    port);
         fprintf(f, "Connection: close\r\n\r\n");
         fclose(f);
         size_t extra = len - (size_t) (end_of_head - buf);
@@ -1009,7 +1352,7 @@ static void serve_http(conn *c)
     }
     sbx_relay(c->fd, up, &bytes_up, &bytes_down);
     close(up);
-    event(c, proto, host, addr, port, true, NULL, bytes_up, bytes_down);
+    event(c, proto, host, addr, port, ALLOWED, NULL, bytes_up, bytes_down);
 out:
     free(buf);
 }
@@ -1018,15 +1361,26 @@ static void serve_socks(conn *c)
 {
     int64_t deadline = mono_ms() + HEAD_TIMEOUT_MS;
     unsigned char b[600];
-    /* greeting: VER NMETHODS METHODS; we take "no authentication" */
-    if (read_by(c->fd, b, 2, deadline) != 2 || b[0] != 5)
-        return;
-    size_t nm = b[1];
-    for (size_t got = 0; got < nm;) {
-        ssize_t n = read_by(c->fd, b, nm - got, deadline);
+    /* greeting: VER NMETHODS METHODS.  We take "no authentication" (0), and
+     * only from a client that offered it: else "no acceptable method" */
+    for (size_t got = 0; got < 2;) {
+        ssize_t n = read_by(c->fd, b + got, 2 - got, deadline);
         if (n <= 0)
             return;
         got += (size_t) n;
+    }
+    if (b[0] != 5)
+        return;
+    size_t nm = b[1];
+    for (size_t got = 0; got < nm;) {
+        ssize_t n = read_by(c->fd, b + 2 + got, nm - got, deadline);
+        if (n <= 0)
+            return;
+        got += (size_t) n;
+    }
+    if (!memchr(b + 2, 0, nm)) {
+        write_all(c->fd, "\x05\xff", 2);
+        return;
     }
     write_all(c->fd, "\x05\x00", 2);
     /* request: VER CMD RSV ATYP DST.ADDR DST.PORT */
@@ -1052,22 +1406,27 @@ static void serve_socks(conn *c)
         write_all(c->fd, "\x05\x07\x00\x01\0\0\0\0\0\0", 10); /* command not supported: CONNECT only */
         return;
     }
-    char host[256];
-    if (b[3] == 1)
-        inet_ntop(AF_INET, b + 4, host, sizeof host);
-    else if (b[3] == 4)
-        inet_ntop(AF_INET6, b + 4, host, sizeof host);
-    else
-        snprintf(host, sizeof host, "%.*s", (int) b[4], (const char *) b + 5);
+    /* a name goes through the same check as an HTTP request's host: no
+     * control byte reaches a log, no odd byte a resolver */
+    char host[1100], addr[INET6_ADDRSTRLEN] = "", reason[512];
     int port = b[need - 2] << 8 | b[need - 1];
-    char addr[INET6_ADDRSTRLEN], reason[512];
-    bool denied;
-    int up = dial(c, host, port, addr, sizeof addr, &denied, reason, sizeof reason);
+    bool denied = true;
+    int up = -1;
+    if (b[3] == 1 || b[3] == 4) {
+        inet_ntop(b[3] == 1 ? AF_INET : AF_INET6, b + 4, host, sizeof host);
+        up = dial(c, host, port, addr, sizeof addr, &denied, reason, sizeof reason);
+    } else if (!sbx_net_host_normalize((const char *) b + 5, b[4], host, sizeof host)) {
+        printable_n((const char *) b + 5, b[4], host, sizeof host);
+        snprintf(reason, sizeof reason, "not a valid host name");
+    } else {
+        up = dial(c, host, port, addr, sizeof addr, &denied, reason, sizeof reason);
+    }
     if (up < 0) {
-        /* 2: connection not allowed by ruleset; 5: refused; 4: unreachable */
+        /* 2: connection not allowed by ruleset; 5: refused; 4: unreachable.
+         * A SOCKS reply has no room for words: the event has them. */
         char rep[10] = { 5, (char) (denied ? 2 : strstr(reason, "refused") ? 5 : 4), 0, 1, 0, 0, 0, 0, 0, 0 };
         write_all(c->fd, rep, sizeof rep);
-        event(c, "socks5", host, addr, port, false, reason, 0, 0);
+        event(c, "socks5", host, addr, port, denied ? DENIED : FAILED, reason, 0, 0);
         return;
     }
     write_all(c->fd, "\x05\x00\x00\x01\0\0\0\0\0\0", 10);
@@ -1076,7 +1435,7 @@ static void serve_socks(conn *c)
         bytes_up += have - need;
     sbx_relay(c->fd, up, &bytes_up, &bytes_down);
     close(up);
-    event(c, "socks5", host, addr, port, true, NULL, bytes_up, bytes_down);
+    event(c, "socks5", host, addr, port, ALLOWED, NULL, bytes_up, bytes_down);
 }
 
 static void *serve(void *arg)
@@ -1128,7 +1487,7 @@ static void read_log(box_net *owner, int fd)
     for (size_t i = 0; i < batch->n; i++) {
         const sbx_netopen_conn *c = &batch->c[i];
         const char *proto = c->proto == 6 ? "tcp" : c->proto == 17 ? "udp" : c->proto == 1 || c->proto == 58 ? "icmp" : "ip";
-        net_event(id, key_id, proto, NULL, c->address, c->port, c->allowed, c->reason, -1, -1);
+        net_event(id, key_id, proto, NULL, c->address, c->port, c->allowed ? ALLOWED : DENIED, c->reason, -1, -1);
     }
     free(batch);
 }
@@ -1142,13 +1501,16 @@ static void *accept_loop(void *arg)
             pthread_mutex_unlock(&lock);
             return NULL;
         }
-        size_t n = 1;
+        /* [0] the wake pipe, [1] the host's addresses, then per box its
+         * HTTP and SOCKS5 listeners and its log: 2 + 3k + 0, 1, 2 */
+        size_t n = 2;
         for (box_net *b = boxes; b; b = b->next)
             n += 3;
         struct pollfd *pf = calloc(n, sizeof *pf);
         box_net **owner = calloc(n, sizeof *owner);
         pf[0] = (struct pollfd){ wake[0], POLLIN, 0 };
-        size_t k = 1;
+        pf[1] = (struct pollfd){ addr_watch, POLLIN, 0 };
+        size_t k = 2;
         for (box_net *b = boxes; b; b = b->next)
             for (int i = 0; i < 3; i++) { /* -1s are not polled */
                 pf[k] = (struct pollfd){ i < 2 ? b->fds[i] : b->log_fd, POLLIN, 0 };
@@ -1164,10 +1526,12 @@ static void *accept_loop(void *arg)
             free(owner);
             continue; /* the set changed: a closed listener must not be polled again */
         }
-        for (size_t i = 1; i < n; i++) {
+        if (pf[1].revents)
+            addresses_changed();
+        for (size_t i = 2; i < n; i++) {
             if (!(pf[i].revents & POLLIN))
                 continue;
-            if (i % 3 == 0) { /* a log: 1 + 3k + 2 */
+            if ((i - 2) % 3 == 2) { /* a log */
                 read_log(owner[i], pf[i].fd);
                 continue;
             }
@@ -1222,10 +1586,25 @@ int sbx_egress_start(sbx_store *store, sbx_error *err)
 {
     store_ = store;
     const char *th = getenv("SBX_TEST_EGRESS_HOSTS");
-    if (th && *th)
+    if (th && *th) {
         test_hosts = strdup(th);
+        char shown[1024];
+        sbx_log("warn", "event=test_setting_active name=SBX_TEST_EGRESS_HOSTS value=\"%s\" "
+                        "message=\"TEST ONLY: the egress proxy takes these names to these addresses, and treats "
+                        "the addresses given without '@' as public; never set this in production\"",
+                printable(th, shown, sizeof shown));
+    }
+    const char *tl = getenv("SBX_TEST_OPEN_HOST_LOOPBACK");
+    if (tl && strcmp(tl, "1") == 0)
+        sbx_log("warn", "event=test_setting_active name=SBX_TEST_OPEN_HOST_LOOPBACK value=1 "
+                        "message=\"TEST ONLY: sandboxes in network mode open can reach this host's loopback (and "
+                        "sbxd's API) at 10.0.2.2 once a CIDR allows it; never set this in production\"");
     if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) < 0)
         return sbx_error_set(err, errno, "pipe");
+    sbx_error werr = { 0 };
+    addr_watch = sbx_netopen_addr_watch(&werr);
+    if (addr_watch < 0) /* open sandboxes then keep the host's addresses of their last table */
+        sbx_log("warn", "event=host_addresses_unwatched error=\"%s\"", werr.msg);
     running = true;
     if (pthread_create(&acceptor, NULL, accept_loop, NULL) != 0) {
         running = false;
@@ -1253,4 +1632,7 @@ void sbx_egress_stop(void)
         all = b->next;
         teardown(b, 0);
     }
+    if (addr_watch >= 0)
+        close(addr_watch);
+    addr_watch = -1;
 }

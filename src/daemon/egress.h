@@ -47,6 +47,27 @@ const char *const *sbx_net_policy_cidrs(const sbx_net_policy *p, bool allow, siz
 const char *const *sbx_net_special_ranges(size_t *n);
 void sbx_net_policy_free(sbx_net_policy *p);
 
+/* A host name as a client sent it (len bytes, not NUL-terminated), checked
+ * and made canonical in out: letters, digits, '-', '_' and '.' (what
+ * http_parser takes in a URL's host), labels of 1-63 and at most 253 in
+ * all, lowercased, one trailing dot (the DNS root) dropped; or an IPv6
+ * literal inet_pton reads.  False: not a host name (nothing of it may
+ * reach a resolver or a log). */
+bool sbx_net_host_normalize(const char *in, size_t len, char *out, size_t out_len);
+
+/* What the name rules alone say about host (a name, not an address
+ * literal), before anything is resolved: a name must not reach DNS (an
+ * exfiltration channel) unless its answer could be allowed. */
+enum {
+    SBX_NAME_DENIED = -1,    /* a deny rule, or no rule could allow it: reason filled */
+    SBX_NAME_BY_ADDRESS = 0, /* no domain rule allows it, an allow CIDR might: resolve, judge the address */
+    SBX_NAME_ALLOWED = 1,    /* an allow rule names it: resolve, judge the address */
+};
+int sbx_net_policy_name_verdict(const sbx_net_policy *p, const char *host, char *reason, size_t reason_len);
+
+/* Whether an allow CIDR of p names the address of sa. */
+bool sbx_net_policy_cidr_allows(const sbx_net_policy *p, const struct sockaddr *sa);
+
 /* The verdict for `host` (NULL for an address literal) at address
  * `addr` (what a connect would reach); reason filled when denied.
  * mapped: the address comes from SBX_TEST_EGRESS_HOSTS, and stands for a

@@ -17,6 +17,10 @@
  * loopback, link-local, reserved range (egress.c's list) are rejected
  * with "administratively prohibited", which a connect() reports at once.
  * The sandbox's processes have no CAP_NET_ADMIN: they cannot change it.
+ * The host's own addresses are rejected too, before the ranges:
+ * slirp4netns connects from the host, so a connection to the host's public
+ * address would reach the host's services; they are read when the table is
+ * made, and egress.c makes it again when the host's addresses change.
  * Domain rules need names, which only the proxy sees: open mode takes
  * CIDR rules only.
  *
@@ -36,7 +40,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <libmnl/libmnl.h>
+#include <linux/rtnetlink.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nfnetlink_log.h>
 #include <nftables/libnftables.h>
@@ -126,6 +132,31 @@ static char *ruleset(const sbx_net_policy *p)
     const char *const *allow = sbx_net_policy_cidrs(p, true, &n);
     for (size_t i = 0; i < n; i++)
         rule(f, allow[i], "accept", "allow");
+    /* the host's own addresses: slirp4netns connects from the host, so a
+     * connection to one of them reaches the host's services (sbxd's API
+     * among them) whatever range it is in */
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        char seen[64][INET6_ADDRSTRLEN];
+        size_t nseen = 0;
+        for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+                continue;
+            char a[INET6_ADDRSTRLEN];
+            const void *bytes = i->ifa_addr->sa_family == AF_INET
+                                    ? (const void *) &((struct sockaddr_in *) i->ifa_addr)->sin_addr
+                                    : (const void *) &((struct sockaddr_in6 *) i->ifa_addr)->sin6_addr;
+            inet_ntop(i->ifa_addr->sa_family, bytes, a, sizeof a);
+            bool dup = false;
+            for (size_t k = 0; k < nseen && !dup; k++)
+                dup = strcmp(seen[k], a) == 0;
+            if (dup || nseen == sizeof seen / sizeof *seen)
+                continue; /* (more than 64: the private and loopback ones are in the ranges below anyway) */
+            snprintf(seen[nseen++], sizeof seen[0], "%s", a);
+            rule(f, a, reject, "host");
+        }
+        freeifaddrs(ifs);
+    }
     const char *const *special = sbx_net_special_ranges(&n);
     for (size_t i = 0; i < n; i++)
         rule(f, special[i], reject, "range");
@@ -220,6 +251,46 @@ void sbx_netopen_stop(pid_t pid, pid_t slirp_pid, int exit_fd)
     if (pid > 0) {
         sbx_error ignored = { 0 };
         run_nft(pid, "table inet sbx\ndelete table inet sbx\n", &ignored); /* gone with its netns otherwise */
+    }
+}
+
+/* ---- the host's addresses: rtnetlink (libmnl) ------------------------------ */
+
+int sbx_netopen_addr_watch(sbx_error *err)
+{
+    struct mnl_socket *nl = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (!nl || mnl_socket_bind(nl, RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR, MNL_SOCKET_AUTOPID) < 0) {
+        int e = errno;
+        if (nl)
+            mnl_socket_close(nl);
+        return sbx_error_set(err, e, "watch the host's addresses (rtnetlink)");
+    }
+    int fd = fcntl(mnl_socket_get_fd(nl), F_DUPFD_CLOEXEC, 0);
+    int e = errno;
+    mnl_socket_close(nl);
+    return fd < 0 ? sbx_error_set(err, e, "dup") : fd;
+}
+
+static int on_addr_msg(const struct nlmsghdr *h, void *data)
+{
+    if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR)
+        *(bool *) data = true;
+    return MNL_CB_OK;
+}
+
+bool sbx_netopen_addr_changed(int fd)
+{
+    char buf[8192];
+    bool changed = false;
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 0 && errno == ENOBUFS) { /* messages lost: assume the worst */
+            changed = true;
+            continue;
+        }
+        if (n <= 0)
+            return changed;
+        mnl_cb_run(buf, (size_t) n, 0, 0, on_addr_msg, &changed);
     }
 }
 
@@ -345,6 +416,8 @@ static int on_msg(const struct nlmsghdr *h, void *data)
     c.allowed = strncmp(prefix, "allow", 5) == 0;
     if (strncmp(prefix, "deny ", 5) == 0)
         snprintf(c.reason, sizeof c.reason, "%s is denied by rule %s", c.address, prefix + 5);
+    else if (strncmp(prefix, "host ", 5) == 0)
+        snprintf(c.reason, sizeof c.reason, "%s is an address of this host (allow it with a CIDR rule)", c.address);
     else if (strncmp(prefix, "range ", 6) == 0)
         snprintf(c.reason, sizeof c.reason,
                  "%s is in %s: a private, loopback, link-local or reserved range (allow it with a CIDR rule)",

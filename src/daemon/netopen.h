@@ -10,7 +10,7 @@
 #include "egress.h"
 
 /* Install (or replace) the rules of policy p in the network namespace of
- * process pid, then, unless *slirp_pid is already > 0, start slirp4netns
+ * process pid (the host's own addresses among them, as they are now), then, unless *slirp_pid is already > 0, start slirp4netns
  * for it: *slirp_pid and *exit_fd (closing it ends slirp4netns). */
 int sbx_netopen_start(pid_t pid, const sbx_net_policy *p, pid_t *slirp_pid, int *exit_fd, sbx_error *err);
 
@@ -28,6 +28,13 @@ typedef struct sbx_netopen_conn {
     bool allowed;
     char reason[200];
 } sbx_netopen_conn;
+
+/* The host's addresses change (DHCP, a VPN, an interface up): a netlink
+ * socket of the calling thread's namespace told of every address added or
+ * removed (non-blocking, close-on-exec), or -1 with err; and whether what
+ * it has now says the addresses changed (it is drained). */
+int sbx_netopen_addr_watch(sbx_error *err);
+bool sbx_netopen_addr_changed(int fd);
 
 /* A socket reading the log of process pid's network namespace
  * (non-blocking, close-on-exec), or -1 with err. */

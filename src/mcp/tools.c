@@ -1027,10 +1027,12 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       snapshot_delete },
     { "sandbox_network", "Set a sandbox's network policy",
       "Change what a sandbox may reach. mode \"none\": nothing (loopback only). mode \"allowlist\": only the domains "
-      "(example.com, *.example.com) and CIDRs in allow, minus those in deny, through sbx's egress proxy (its "
-      "address is already in every command's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY). Private, loopback and cloud "
-      "metadata addresses stay denied unless a CIDR names them. A denied request answers 403 with the reason. "
-      "mode \"open\": the internet directly (no proxy), minus deny CIDRs and those same internal ranges.",
+      "and CIDRs in allow, minus those in deny, through sbx's egress proxy (its address is already in every "
+      "command's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY). \"example.com\" is that name only; \"*.example.com\" is its "
+      "subdomains (a.example.com, a.b.example.com), not example.com itself: list both for both. Private, "
+      "loopback, cloud metadata and the host's own addresses stay denied unless a CIDR names them. A denied "
+      "request answers 403 with the reason. mode \"open\": the internet directly (no proxy, IPv4 only), minus "
+      "deny CIDRs and those same internal ranges.",
       "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\", \"mode\"], "
       "\"properties\": {" SANDBOX_ID ", \"mode\": {\"type\": \"string\", \"enum\": [\"none\", \"allowlist\", \"open\"]}, "
       "\"allow\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"Domains and CIDRs.\"}, "

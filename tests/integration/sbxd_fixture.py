@@ -191,9 +191,14 @@ def rss_kib(pid):
 # name=addr: a loopback test server standing for a public host; name=@addr:
 # judged like a real DNS answer (a private address stays private)
 EGRESS_TEST_SERVER = "127.0.0.5"
+# HOST_PUBLIC_V4/V6: public-looking addresses test_api_network.py gives this machine for a
+# while (on lo), to show that a host's own addresses are denied whatever their range
+HOST_PUBLIC_V4 = "11.22.33.44"
+HOST_PUBLIC_V6 = "3ffe:ffff::1"
 EGRESS_TEST_HOSTS = ",".join([f"allowed.test={EGRESS_TEST_SERVER}", f"other.test={EGRESS_TEST_SERVER}",
                               f"sub.allowed.test={EGRESS_TEST_SERVER}", "private.test=@10.255.255.1",
-                              "metadata.test=@169.254.169.254", "loop.test=@127.0.0.1"])
+                              "metadata.test=@169.254.169.254", "loop.test=@127.0.0.1",
+                              f"hostaddr.test=@{HOST_PUBLIC_V4}", f"hostaddr6.test=@{HOST_PUBLIC_V6}"])
 
 
 class Sbxd:
@@ -201,7 +206,10 @@ class Sbxd:
     (restart tests); the home, the keys and the record of created sandboxes
     survive restarts."""
 
-    def __init__(self, *args, prefix="sbx-api-"):
+    def __init__(self, *args, prefix="sbx-api-", wrap=()):
+        """wrap: a command that execs the rest of its argv (sbxd and its
+        options) in the same process, e.g. in a mount namespace of its own."""
+        self.wrap = list(wrap)
         self.dir = tempfile.mkdtemp(prefix=prefix)
         os.chmod(self.dir, 0o755)
         self.home = os.path.join(self.dir, "home")
@@ -243,7 +251,7 @@ class Sbxd:
         offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen([sbxd_bin(), "--listen", "127.0.0.1:0", "--home", self.home,
+            self.proc = subprocess.Popen([*self.wrap, sbxd_bin(), "--listen", "127.0.0.1:0", "--home", self.home,
                                           *self.args],
                                          env=self.env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=log)
@@ -634,14 +642,14 @@ def sandbox(api):
 
 @pytest.fixture
 def make_sbxd():
-    """make_sbxd(*options) -> a private Sbxd, closed (delete all, stop, leak
+    """make_sbxd(*options, wrap=()) -> a private Sbxd, closed (delete all, stop, leak
     check) when the test ends."""
     if os.geteuid() != 0:
         pytest.skip("sbxd needs root")
     made = []
 
-    def make(*args):
-        d = Sbxd(*args)
+    def make(*args, **kw):
+        d = Sbxd(*args, **kw)
         made.append(d)
         return d
 

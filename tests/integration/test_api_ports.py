@@ -6,7 +6,8 @@ chunked) echoed back; the server's status and headers come through, the
 API key does not; HEAD; nothing listening is a 502 that says so; bad
 ports; another key's sandbox is a 404; no key is a 401; a paused
 sandbox is woken; a sandbox without network can still be reached (the
-way in is sbx's, not the sandbox's)."""
+way in is sbx's, not the sandbox's); protocol upgrades joined byte for
+byte, and a real WebSocket (handshake checked, frames echoed)."""
 
 import json
 
@@ -155,3 +156,92 @@ def test_protocol_upgrade_is_joined_byte_for_byte(api, sbxd_daemon):
         got += chunk
     assert got == b"HELLO \x00\xff SANDBOX", got
     s.close()
+
+
+WS_SERVER = r'''
+import base64, hashlib, socket, struct, sys, threading
+GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+def need(c, buf, n):
+    while len(buf) < n:
+        d = c.recv(65536)
+        if not d:
+            raise EOFError
+        buf += d
+    return buf[:n], buf[n:]
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    head, buf = head.split(b"\r\n\r\n", 1)
+    hdr = {l.split(":", 1)[0].strip().lower(): l.split(":", 1)[1].strip()
+           for l in head.decode().split("\r\n")[1:]}
+    key = hdr["sec-websocket-key"]
+    acc = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
+    c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               f"Sec-WebSocket-Accept: {acc}\r\n\r\n").encode())
+    try:
+        while True:  # echo each frame (unmasked, as a server sends), until a close
+            (b0, b1), buf = need(c, buf, 2)
+            n = b1 & 0x7F
+            if n == 126:
+                x, buf = need(c, buf, 2); n = struct.unpack(">H", x)[0]
+            elif n == 127:
+                x, buf = need(c, buf, 8); n = struct.unpack(">Q", x)[0]
+            mask, buf = need(c, buf, 4) if b1 & 0x80 else (b"\0\0\0\0", buf)
+            data, buf = need(c, buf, n)
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+            op = b0 & 0x0F
+            h = bytes([0x80 | op])
+            h += bytes([n]) if n < 126 else bytes([126]) + struct.pack(">H", n) if n < 65536 else \
+                bytes([127]) + struct.pack(">Q", n)
+            c.sendall(h + data)
+            if op == 8:
+                break
+    except EOFError:
+        pass
+    c.close()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+'''
+
+
+def test_a_websocket_through_port_exposure(api, sbxd_daemon, other):
+    """A real WebSocket: the client's Sec-WebSocket-Key reaches the server
+    in the sandbox unchanged (the Sec-WebSocket-Accept it computes from it
+    is the one RFC 6455 asks for), and frames go both ways - a text frame,
+    a 70,000-byte binary one (64-bit length), the close.  The API key is
+    needed, as everywhere."""
+    import os
+    import struct
+    from wsclient import BINARY, CLOSE, TEXT, WebSocket, accept_for
+    sid = api.create()["id"]
+    api.put_file(sid, "ws.py", WS_SERVER.encode())
+    api.background(sid, "python3 ws.py 8003")
+    api.sh(sid, "python3 -c 'import socket,time\n"
+                "for _ in range(100):\n"
+                "    try: socket.create_connection((\"127.0.0.1\", 8003)).close(); break\n"
+                "    except OSError: time.sleep(0.05)'")
+    path = f"/v1/sandboxes/{sid}/ports/8003/echo"
+    ws = WebSocket(sbxd_daemon.url, path, {"Authorization": f"Bearer {api.key}"})
+    try:
+        assert ws.status == 101, ws.status_line
+        assert ws.headers["upgrade"].lower() == "websocket", ws.headers
+        assert ws.headers["sec-websocket-accept"] == accept_for(ws.key), (ws.key, ws.headers)
+        ws.send("hello sandbox \u2713", TEXT)
+        assert ws.recv() == (TEXT, "hello sandbox \u2713".encode())
+        blob = os.urandom(70000)
+        ws.send(blob, BINARY)
+        assert ws.recv() == (BINARY, blob)
+        ws.send(struct.pack(">H", 1000), CLOSE)
+        assert ws.recv() == (CLOSE, struct.pack(">H", 1000))
+    finally:
+        ws.sock.close()
+    for who, status in ((None, 401), (other.key, 404)):  # no key, another tenant's key: no upgrade
+        ws = WebSocket(sbxd_daemon.url, path, {"Authorization": f"Bearer {who}"} if who else {})
+        assert ws.status == status, ws.status_line
+        ws.sock.close()

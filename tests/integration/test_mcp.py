@@ -1385,3 +1385,51 @@ def test_http_template_list(mcp, mscope, rest):
         assert "'name'" in c.tool_error("template_list", {"name": name})
     finally:
         assert rest.delete(f"/v1/templates/{name}").status_code == 204
+
+
+def test_http_sandbox_network(mcp, mscope):
+    """sandbox_network changes a running sandbox's policy, as PATCH
+    .../network does: allowed, a command's fetch through the proxy works;
+    "none" again, it fails; a bad rule is a tool error that says why."""
+    import http.server
+    from sbxd_fixture import EGRESS_TEST_SERVER
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "7")
+            self.end_headers()
+            self.wfile.write(b"via-mcp")
+    srv = http.server.ThreadingHTTPServer((EGRESS_TEST_SERVER, 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://allowed.test:{srv.server_address[1]}/"
+        c = mcp()
+        tools, cursor = [], None
+        while True:
+            res = c.result("tools/list", {"cursor": cursor} if cursor else {})
+            tools += res["tools"]
+            cursor = res.get("nextCursor")
+            if cursor is None:
+                break
+        desc = [t for t in tools if t["name"] == "sandbox_network"][0]["description"]
+        assert "\"*.example.com\" is its subdomains" in desc and "not example.com itself" in desc, desc
+        sid = c.ok("sandbox_create", {"timeout_s": 120})["id"]
+        fetch = {"sandbox_id": sid, "cmd": f"curl -sS -m 10 {url}"}
+        assert c.ok("command_run", fetch)["exit_code"] != 0
+        sb = c.ok("sandbox_network", {"sandbox_id": sid, "mode": "allowlist", "allow": ["allowed.test"]})
+        assert sb["id"] == sid and sb["network"] == {"mode": "allowlist", "allow": ["allowed.test"], "deny": []}, sb
+        res = c.ok("command_run", fetch)
+        assert res["exit_code"] == 0 and res["stdout"] == "via-mcp", res
+        res = c.ok("command_run", {"sandbox_id": sid, "cmd": f"curl -sS -m 10 -i {url.replace('allowed', 'other')}"})
+        assert "denied by sandbox network policy (not in allowlist)" in res["stdout"], res
+        assert c.ok("sandbox_network", {"sandbox_id": sid, "mode": "none"})["network"] == {"mode": "none"}
+        assert c.ok("command_run", fetch)["exit_code"] != 0
+        msg = c.tool_error("sandbox_network", {"sandbox_id": sid, "mode": "allowlist", "allow": ["not a domain"]})
+        assert "neither a domain" in msg, msg
+        c.ok("sandbox_kill", {"sandbox_id": sid})
+    finally:
+        srv.shutdown()

@@ -92,7 +92,11 @@ static void verdicts(void **state)
     /* an allowed name resolving to an internal address: no */
     const char *internal[] = { "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
                                "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00::1",
-                               "::ffff:127.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a00:1", "ff02::1" };
+                               "::ffff:127.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a00:1", "ff02::1",
+                               "172.31.255.255", "100.127.0.1", "fc00::1", "fdff::1",
+                               "2002:7f00:1::1",     /* 6to4 of 127.0.0.1 */
+                               "2002:a9fe:a9fe::1",  /* 6to4 of 169.254.169.254 */
+                               "2001:0:4136:e378:8000:63bf:3fff:fdd2" /* Teredo */ };
     for (size_t i = 0; i < sizeof internal / sizeof *internal; i++) {
         assert_false(allows(p, "pypi.org", internal[i], why));
         assert_non_null(strstr(why, "private, loopback, link-local or reserved"));
@@ -102,6 +106,16 @@ static void verdicts(void **state)
     assert_true(allows(p, NULL, "::ffff:203.0.113.9", NULL));    /* mapped is the IPv4 address */
     assert_false(allows(p, NULL, "151.101.0.223", NULL));
     assert_false(allows(p, NULL, "198.51.100.7", NULL));
+    /* public neighbours of those ranges are not caught by them */
+    assert_true(allows(p, "pypi.org", "172.32.0.1", NULL));
+    assert_true(allows(p, "pypi.org", "100.128.0.1", NULL));
+    assert_true(allows(p, "pypi.org", "2001:1::1", NULL));
+    assert_true(allows(p, "pypi.org", "2a00:1450::1", NULL));
+    /* a deny CIDR wins over an allowed name */
+    sbx_net_policy_free(p);
+    p = policy("{\"mode\":\"allowlist\",\"allow\":[\"pypi.org\"],\"deny\":[\"151.101.0.0/16\"]}");
+    assert_false(allows(p, "pypi.org", "151.101.0.223", why));
+    assert_string_equal(why, "address 151.101.0.223 is denied by rule 151.101.0.0/16");
     sbx_net_policy_free(p);
     /* none: nothing */
     p = policy("\"none\"");
@@ -110,6 +124,78 @@ static void verdicts(void **state)
     /* an explicit loopback CIDR is the only way to loopback */
     p = policy("{\"mode\":\"allowlist\",\"allow\":[\"127.0.0.5/32\"],\"deny\":[\"127.0.0.5\"]}");
     assert_false(allows(p, NULL, "127.0.0.5", NULL)); /* deny still wins */
+    sbx_net_policy_free(p);
+}
+
+/* Host names as clients send them: checked, lowercased, one trailing dot
+ * (the DNS root) dropped - "evil.com." is "evil.com" to every rule. */
+static void host_names(void **state)
+{
+    (void) state;
+    char out[256];
+    const char *same[][2] = { { "Allowed.TEST.", "allowed.test" }, { "a-b_c.example.com", "a-b_c.example.com" },
+                              { "127.0.0.1", "127.0.0.1" },         { "0x7F.1", "0x7f.1" },
+                              { "::FFFF:127.0.0.1", "::ffff:127.0.0.1" }, { "x", "x" } };
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        assert_true(sbx_net_host_normalize(same[i][0], strlen(same[i][0]), out, sizeof out));
+        assert_string_equal(out, same[i][1]);
+    }
+    const char *bad[] = { "", ".", "..", "a..b", ".a", "a.b..", "a b", "a\nb", "a\"b", "\xc3\xa9.com", "a/b",
+                          "a:b", "fe80::1%eth0", "[::1]", "a\rb" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_false(sbx_net_host_normalize(bad[i], strlen(bad[i]), out, sizeof out));
+    assert_false(sbx_net_host_normalize("a\0b", 3, out, sizeof out)); /* a NUL inside (SOCKS5 names have lengths) */
+    char label[70];
+    memset(label, 'a', 64);
+    label[64] = '\0';
+    assert_false(sbx_net_host_normalize(label, 64, out, sizeof out)); /* a label of 64 */
+    assert_true(sbx_net_host_normalize(label, 63, out, sizeof out));
+    char big[300];
+    for (int i = 0; i < 300; i += 2)
+        big[i] = 'a', big[i + 1] = '.';
+    assert_false(sbx_net_host_normalize(big, 255, out, sizeof out)); /* over 253 */
+    assert_false(sbx_net_host_normalize(big, 299, out, sizeof out));
+}
+
+/* The name rules decide before any resolver is asked: a name a deny rule
+ * names, or one no rule could allow, is never sent to DNS. */
+static void names_before_dns(void **state)
+{
+    (void) state;
+    char why[512];
+    sbx_net_policy *p = policy("{\"mode\":\"allowlist\",\"allow\":[\"allowed.test\",\"*.example.com\"],"
+                               "\"deny\":[\"evil.com\",\"bad.example.com\"]}");
+    assert_int_equal(sbx_net_policy_name_verdict(p, "allowed.test", why, sizeof why), SBX_NAME_ALLOWED);
+    assert_int_equal(sbx_net_policy_name_verdict(p, "allowed.test.", why, sizeof why), SBX_NAME_ALLOWED);
+    assert_int_equal(sbx_net_policy_name_verdict(p, "ALLOWED.test", why, sizeof why), SBX_NAME_ALLOWED);
+    assert_int_equal(sbx_net_policy_name_verdict(p, "a.example.com.", why, sizeof why), SBX_NAME_ALLOWED);
+    /* *.x is the subdomains, not x */
+    assert_int_equal(sbx_net_policy_name_verdict(p, "example.com", why, sizeof why), SBX_NAME_DENIED);
+    assert_string_equal(why, "not in allowlist");
+    assert_int_equal(sbx_net_policy_name_verdict(p, "unlisted.test", why, sizeof why), SBX_NAME_DENIED);
+    assert_string_equal(why, "not in allowlist");
+    assert_int_equal(sbx_net_policy_name_verdict(p, "evil.com.", why, sizeof why), SBX_NAME_DENIED);
+    assert_string_equal(why, "evil.com is denied by rule evil.com");
+    assert_int_equal(sbx_net_policy_name_verdict(p, "EVIL.com", why, sizeof why), SBX_NAME_DENIED);
+    assert_int_equal(sbx_net_policy_name_verdict(p, "Bad.Example.Com.", why, sizeof why), SBX_NAME_DENIED);
+    assert_string_equal(why, "bad.example.com is denied by rule bad.example.com");
+    assert_int_equal(sbx_net_policy_name_verdict(p, "a\nb", why, sizeof why), SBX_NAME_DENIED);
+    assert_string_equal(why, "not a valid host name");
+    sbx_net_policy_free(p);
+    /* an allow CIDR: a name no domain rule allows may still resolve into it */
+    p = policy("{\"mode\":\"allowlist\",\"allow\":[\"203.0.113.0/24\"],\"deny\":[\"evil.com\"]}");
+    assert_int_equal(sbx_net_policy_name_verdict(p, "unlisted.test", why, sizeof why), SBX_NAME_BY_ADDRESS);
+    assert_int_equal(sbx_net_policy_name_verdict(p, "evil.com.", why, sizeof why), SBX_NAME_DENIED);
+    sbx_net_policy_free(p);
+    p = policy("\"none\"");
+    assert_int_equal(sbx_net_policy_name_verdict(p, "allowed.test", why, sizeof why), SBX_NAME_DENIED);
+    sbx_net_policy_free(p);
+    /* the verdict at an address agrees, with or without the dot */
+    p = policy("{\"mode\":\"allowlist\",\"allow\":[\"allowed.test\",\"*.test\"],\"deny\":[\"evil.test\"]}");
+    assert_true(allows(p, "allowed.test.", "151.101.0.223", NULL));
+    assert_false(allows(p, "evil.test.", "151.101.0.223", why));
+    assert_string_equal(why, "evil.test is denied by rule evil.test");
+    assert_false(allows(p, "EVIL.TEST", "151.101.0.223", NULL));
     sbx_net_policy_free(p);
 }
 
@@ -144,6 +230,7 @@ static void events_are_capped(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = { cmocka_unit_test(parsing), cmocka_unit_test(verdicts),
+                                        cmocka_unit_test(host_names), cmocka_unit_test(names_before_dns),
                                         cmocka_unit_test(events_are_capped) };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,8 +52,9 @@ static const sbx_cli_verb create_verb = {
             "  --pids N              max processes and threads\n"
             "  -m, --metadata K=V    a metadata label (repeatable; `sbx ls -m K=V` filters on it)\n"
             "  -e, --env K=V         an environment variable of every command (K alone: our value of K)\n"
-            "  --allow RULE          network: let it reach this domain (example.com, *.example.com) or CIDR\n"
-            "                        through sbxd's egress proxy (repeatable; without any: no network)\n"
+            "  --allow RULE          network: let it reach this domain (example.com; *.example.com is its\n"
+            "                        subdomains, not example.com itself) or CIDR through sbxd's egress\n"
+            "                        proxy (repeatable; without any: no network)\n"
             "  --deny RULE           network: never this domain or CIDR (repeatable; wins over --allow)\n",
     .shortopts = "m:e:",
     .longopts = create_options,
@@ -811,10 +812,12 @@ static const sbx_cli_verb net_verb = {
     .help = "\n"
             "Show sandbox ID's network policy, or change it (at once, for new connections):\n"
             "  none                  nothing gets out (loopback only)\n"
-            "  allow RULE...         only these domains (example.com, *.example.com) and CIDRs, through\n"
-            "                        sbxd's egress proxy; private and metadata addresses need a CIDR\n"
-            "  open [CIDR...]        the internet through a user-space network stack; private, loopback and\n"
-            "                        metadata addresses stay denied unless a CIDR names them\n"
+            "  allow RULE...         only these domains (example.com; *.example.com: its subdomains only)\n"
+            "                        and CIDRs, through sbxd's egress proxy; private, metadata and the\n"
+            "                        host's own addresses need a CIDR\n"
+            "  open [CIDR...]        the internet through a user-space network stack (IPv4 only); private,\n"
+            "                        loopback, metadata and the host's own addresses stay denied unless a\n"
+            "                        CIDR names them\n"
             "  --deny RULE           never this domain or CIDR (repeatable; wins; open: CIDRs only)\n"
             "Egress attempts: `--json` ... GET /v1/sandboxes/ID/events?type=net (docs/api.md).\n",
     .longopts = net_options,
