@@ -60,27 +60,16 @@ static uint8_t *pattern(fz_ctx *c, size_t *len, const char **what)
  * three disagrees says which way the bytes changed */
 static int round_trip(fz_ctx *c, const uint8_t *data, size_t len, const char *what)
 {
-    char want[65], in[65], back[65];
+    char want[65], back[65];
     fz_sha256(data, len, want);
     fz_evidence(c, "input", "%s, %zu bytes, sha256 %s", what, len, want);
-    if (fz_put(c, "/home/user/enc.bin", data, len) < 0)
+    if (fz_put_checked(c, "/home/user/enc.bin", data, len) < 0)
         return -1;
-    int code;
-    _cleanup_free_ char *out = NULL;
-    size_t ol;
-    if (fz_exec(c, "sha256sum /home/user/enc.bin", &code, &out, &ol, NULL, NULL) < 0)
-        return -1;
-    if (code != 0 || ol < 64)
-        return fz_fail(c, FZ_SANDBOX, "the uploaded file is not there (exit %d)", code);
-    memcpy(in, out, 64);
-    in[64] = '\0';
     _cleanup_free_ char *got = NULL;
     size_t gl;
     if (fz_get(c, "/home/user/enc.bin", &got, &gl) < 0)
         return -1;
     fz_sha256(got, gl, back);
-    if (strcmp(in, want) != 0)
-        return fz_fail(c, FZ_INTERFACE, "%s: the upload changed the bytes (%s inside)", what, in);
     if (gl != len || strcmp(back, want) != 0)
         return fz_fail(c, FZ_INTERFACE, "%s: the download changed the bytes (%zu of %zu bytes, %s)", what, gl, len,
                        back);

@@ -59,7 +59,7 @@ static int c_compile_run(fz_ctx *c)
                        "  for (int i = 0; i < %u; i++) { unsigned long long t = a + b; a = b; b = t; }\n"
                        "  printf(\"%%llu\\n\", a); return 0; }\n",
                        n);
-    if (fz_put(c, "/home/user/fib.c", src, (size_t) len) < 0)
+    if (fz_put_checked(c, "/home/user/fib.c", src, (size_t) len) < 0)
         return -1;
     _cleanup_free_ char *out = output(c, "cd /home/user && cc -O2 -o fib fib.c && ./fib", "cc");
     if (!out)
@@ -100,7 +100,7 @@ static int text_tools(fz_ctx *c)
         fprintf(f, "%s%s", words[w], fz_below(&c->rng, 8) ? " " : "\n");
     }
     fclose(f);
-    int r = fz_put(c, "/home/user/words.txt", text, len);
+    int r = fz_put_checked(c, "/home/user/words.txt", text, len);
     free(text);
     if (r < 0)
         return -1;

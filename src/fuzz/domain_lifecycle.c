@@ -29,7 +29,8 @@ static int isolation(fz_ctx *c)
         return -1;
     char secret[64];
     snprintf(secret, sizeof secret, "secret-%llu", (unsigned long long) fz_next(&c->rng));
-    int r = fz_put(c, "/tmp/secret.txt", secret, strlen(secret));
+    /* checked: a secret that never arrived would make the test pass for nothing */
+    int r = fz_put_checked(c, "/tmp/secret.txt", secret, strlen(secret));
     char mine[33];
     snprintf(mine, sizeof mine, "%s", c->sandbox);
     snprintf(c->sandbox, sizeof c->sandbox, "%s", other);
@@ -198,7 +199,7 @@ static int snapshot_fork(fz_ctx *c)
 {
     char secret[48];
     snprintf(secret, sizeof secret, "state-%llu", (unsigned long long) fz_next(&c->rng));
-    if (fz_put(c, "/home/user/state.txt", secret, strlen(secret)) < 0)
+    if (fz_put_checked(c, "/home/user/state.txt", secret, strlen(secret)) < 0)
         return -1;
     int n = 1 + (int) fz_below(&c->rng, 3);
     _cleanup_json_ json_t *fork = NULL;
@@ -225,7 +226,7 @@ static int snapshot_fork(fz_ctx *c)
             (gl != strlen(secret) || memcmp(got, secret, gl) != 0))
             r = fz_fail(c, FZ_SANDBOX, "fork %zu has other files than its source (%.*s)", i, (int) gl, got);
         if (r == 0 && i == 0) /* the first copy changes the file */
-            r = fz_put(c, "/home/user/state.txt", "changed", 7);
+            r = fz_put_checked(c, "/home/user/state.txt", "changed", 7);
     }
     snprintf(c->sandbox, sizeof c->sandbox, "%s", mine);
     _cleanup_free_ char *got = NULL;
