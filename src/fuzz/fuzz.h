@@ -145,13 +145,16 @@ typedef struct fz_stream {
     long pid;               /* from `start` */
     json_t *end;            /* the `end` event, NULL if none came */
     char error[256];        /* an `error` event's message */
+    size_t detach_after;    /* fz_attach: leave (close the stream) after this many output chunks; 0: never */
+    bool detached;          /* it did */
 } fz_stream;
 void fz_stream_free(fz_stream *s);
 /* body as POST .../commands, answered as a stream.  Over MCP: recorded
  * `unsupported`, -1. */
 int fz_exec_stream(fz_ctx *c, json_t *body, fz_stream *s);
-/* Re-attach to command pid's output (GET .../commands/{pid}/stream); over
- * MCP, which has no tool for it, `unsupported` with the reason, -1. */
+/* Re-attach to command pid's output (GET .../commands/{pid}/stream), until
+ * its end, or until detach_after chunks (set it in *s before); over MCP,
+ * which has no tool for it, `unsupported` with the reason, -1. */
 int fz_attach(fz_ctx *c, long pid, fz_stream *s);
 
 /* s single-quoted for sh (to free). */
@@ -164,7 +167,10 @@ int fz_delete(fz_ctx *c, const char *id);
 void fz_delete_owned(fz_ctx *c);
 /* Sandbox id ended by itself (expired): nothing to delete. */
 void fz_disown(fz_ctx *c, const char *id);
-int fz_set_timeout(fz_ctx *c, long timeout_s);
+/* *sandbox (may be NULL): its record after (the new expires_at) */
+int fz_set_timeout(fz_ctx *c, long timeout_s, json_t **sandbox);
+/* An API time ("2026-12-04T03:22:54.113Z") in ms since the epoch; -1 if it is not one. */
+double fz_time_ms(const char *rfc3339);
 /* policy as PATCH .../network: {"mode": "none"|"allowlist"|"open", "allow": [...], "deny": [...]} */
 int fz_set_network(fz_ctx *c, json_t *policy);
 /* Sandbox id's record (also of an ended one) into *sandbox (to json_decref). */

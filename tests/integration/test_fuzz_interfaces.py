@@ -47,8 +47,8 @@ def test_large_files_over_mcp_in_parts(api, sbxd_daemon, tmp_path):
     """Over 8 MiB a file comes back in parts (files_read's limit), over
     24 MiB it goes up in parts: byte-exact either way."""
     db = str(tmp_path / "big.db")
-    # seed 11: both large_file tests draw more than 24 MiB
-    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--interface", "mcp", "--count", "8", "--seed",
+    # seed 11, 12 tests (6 workflows): the two large_file tests draw 24 and 48 MiB
+    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--interface", "mcp", "--count", "12", "--seed",
              "11", "--jobs", "2", "--domain", "encoding", "--db", db)
     assert r.returncode == 0, r.stdout + r.stderr
     c = sqlite3.connect(db)
