@@ -119,6 +119,7 @@ static int exec_output(fz_ctx *c)
         snprintf(cmd + l, sizeof cmd - l, "\\%03o", bytes[i]);
     }
     strcat(cmd, "'");
+    fz_evidence(c, "input", "%s", cmd);
     int code;
     _cleanup_free_ char *out = NULL;
     size_t ol;
@@ -142,6 +143,7 @@ static int made_inside(fz_ctx *c)
              "python3 -c 'import random,sys; r=random.Random(%u); sys.stdout.buffer.write(bytes(r.getrandbits(8) "
              "for _ in range(%zu)))' > /home/user/made.bin && sha256sum /home/user/made.bin",
              seed, n);
+    fz_evidence(c, "input", "%zu bytes from Python's random.Random(%u)", n, seed);
     int code;
     _cleanup_free_ char *out = NULL;
     size_t ol;

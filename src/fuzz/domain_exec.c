@@ -14,6 +14,7 @@ static int exit_code(fz_ctx *c)
     int want = (int) fz_below(&c->rng, 256), code;
     char cmd[64];
     snprintf(cmd, sizeof cmd, "exit %d", want);
+    fz_evidence(c, "input", "%s", cmd);
     if (fz_exec(c, cmd, &code, NULL, NULL, NULL, NULL) < 0)
         return -1;
     return code == want ? 0 : fz_fail(c, FZ_INTERFACE, "exit %d came back as %d", want, code);
@@ -25,6 +26,7 @@ static int signal_death(fz_ctx *c)
     int sig = sigs[fz_below(&c->rng, 4)];
     char cmd[64];
     snprintf(cmd, sizeof cmd, "kill -%d $$", sig);
+    fz_evidence(c, "input", "%s", cmd);
     _cleanup_json_ json_t *body = json_pack("{s:s}", "cmd", cmd);
     json_t *res = NULL;
     if (fz_exec_json(c, body, &res) < 0)
@@ -47,6 +49,7 @@ static int stdin_env_cwd(fz_ctx *c)
     in[n] = '\0';
     snprintf(val, sizeof val, "v%llu with space", (unsigned long long) fz_below(&c->rng, 1u << 30));
     snprintf(dir, sizeof dir, "/tmp/cwd%llu", (unsigned long long) fz_below(&c->rng, 1000));
+    fz_evidence(c, "input", "stdin %s, FUZZ_VAR %s, cwd %s", in, val, dir);
     int code;
     char mk[96];
     snprintf(mk, sizeof mk, "mkdir -p %s", dir);
@@ -73,6 +76,7 @@ static int big_output(fz_ctx *c)
     size_t n = 1 + (size_t) fz_below(&c->rng, 6u << 20);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "head -c %zu /dev/zero | tr '\\0' x; echo err >&2", n);
+    fz_evidence(c, "input", "%s", cmd);
     _cleanup_json_ json_t *body = json_pack("{s:s}", "cmd", cmd);
     json_t *res = NULL;
     if (fz_exec_json(c, body, &res) < 0)
@@ -108,6 +112,7 @@ static int missing_command(fz_ctx *c)
 {
     char cmd[64];
     snprintf(cmd, sizeof cmd, "no-such-command-%llu", (unsigned long long) fz_below(&c->rng, 1u << 30));
+    fz_evidence(c, "input", "%s", cmd);
     int code;
     _cleanup_free_ char *err = NULL;
     size_t el;
@@ -156,6 +161,7 @@ static int background_tree(fz_ctx *c)
     int kids = 1 + (int) fz_below(&c->rng, 4);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "for i in $(seq %d); do sleep 300 & done; echo started; wait", kids);
+    fz_evidence(c, "input", "%s", cmd);
     _cleanup_json_ json_t *body = json_pack("{s:s, s:b}", "cmd", cmd, "background", 1);
     _cleanup_json_ json_t *res = NULL;
     if (fz_exec_json(c, body, &res) < 0)
@@ -268,6 +274,7 @@ static int interleaved(fz_ctx *c)
     unsigned n = 200 + (unsigned) fz_below(&c->rng, 3000);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "i=1; while [ $i -le %u ]; do echo \"out $i\"; echo \"err $i\" >&2; i=$((i + 1)); done", n);
+    fz_evidence(c, "input", "%u lines each", n);
     char *wo = NULL, *we = NULL;
     size_t wol = 0, wel = 0;
     FILE *fo = open_memstream(&wo, &wol), *fe = open_memstream(&we, &wel);
@@ -323,6 +330,7 @@ static int reattach(fz_ctx *c)
              "i=1; while [ $i -le %u ]; do echo \"line $i\"; [ $((i %% 100)) = 0 ] && sleep 0.02; i=$((i + 1)); done; "
              "echo bye >&2; exit %u",
              n, code);
+    fz_evidence(c, "input", "%u lines, exit %u", n, code);
     if (fz_target_iface(c->t) == FZ_MCP) {
         fz_stream st = { 0 };
         return fz_attach(c, 0, &st);

@@ -30,14 +30,15 @@ static void odd_name(fz_ctx *c, char *out, size_t len)
  * come back must be those too. */
 static int round_trip(fz_ctx *c, const char *path, const uint8_t *data, size_t len)
 {
+    char want[65], back[65];
+    fz_sha256(data, len, want);
+    fz_evidence(c, "input", "%s: %zu bytes, sha256 %s", path, len, want);
     if (fz_put_checked(c, path, data, len) < 0)
         return -1;
     _cleanup_free_ char *got = NULL;
     size_t got_len;
     if (fz_get(c, path, &got, &got_len) < 0)
         return -1;
-    char want[65], back[65];
-    fz_sha256(data, len, want);
     fz_sha256(got, got_len, back);
     if (got_len != len || strcmp(back, want) != 0)
         return fz_fail(c, FZ_INTERFACE, "%s: the sandbox has the right bytes, the download gave %zu bytes sha256 %s",
@@ -92,6 +93,7 @@ static int many_small(fz_ctx *c)
         int len = snprintf(data[i], sizeof data[i], "file %d of %d\n", i, n);
         files[i] = (fz_upload) { paths[i], data[i], (size_t) len };
     }
+    fz_evidence(c, "input", "%d files", n);
     if (fz_put_checked_many(c, files, (size_t) n) < 0)
         return -1;
     int code;
@@ -112,6 +114,9 @@ static int append_truncate(fz_ctx *c)
     size_t cut = (size_t) fz_below(&c->rng, len + 20); /* past the end: zeros */
     uint8_t *model = calloc(1, len + 20 + 9);
     fz_bytes(&c->rng, model, len);
+    char sha[65];
+    fz_sha256(model, len, sha);
+    fz_evidence(c, "input", "%zu bytes (sha256 %s), cut at %zu", len, sha, cut);
     int r = fz_put_checked(c, "/home/user/at.bin", model, len);
     memcpy(model + len, "appended\n", 9); /* what the sandbox appends; then the cut */
     char cmd[256];
@@ -141,6 +146,9 @@ static int rename_delete(fz_ctx *c)
 {
     uint8_t data[300];
     fz_bytes(&c->rng, data, sizeof data);
+    char sha[65];
+    fz_sha256(data, sizeof data, sha);
+    fz_evidence(c, "input", "300 bytes, sha256 %s", sha);
     fz_upload files[] = { { "/home/user/rd/a.bin", data, sizeof data }, { "/home/user/rd/b.bin", data, 10 } };
     if (fz_put_checked_many(c, files, 2) < 0)
         return -1;
@@ -199,7 +207,7 @@ static int api_tree(fz_ctx *c)
     snprintf(dir, sizeof dir, "%s/a/b", top);
     if (fz_mkdir(c, dir) < 0)
         return -1;
-    size_t sizes[8];
+    size_t sizes[8] = { 0 };
     char paths[8][200];
     uint8_t *bytes[8] = { 0 };
     fz_upload files[8];
@@ -213,6 +221,7 @@ static int api_tree(fz_ctx *c)
         fz_bytes(&c->rng, bytes[i], sizes[i]);
         files[i] = (fz_upload) { paths[i], bytes[i], sizes[i] };
     }
+    fz_evidence(c, "input", "%s: %zu files, the first %s (%zu bytes)", top, nfiles, paths[0], sizes[0]);
     r = fz_put_checked_many(c, files, nfiles);
     if (r == 0)
         r = tree_checks(c, top, dir, nfiles, paths, sizes, files);

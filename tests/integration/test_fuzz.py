@@ -31,12 +31,29 @@ def test_seeded_run_passes_and_reports(api, sbxd_daemon, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     again = c.execute("SELECT domain, name, seed FROM tests WHERE run = 2").fetchall()
     assert sorted(again) == sorted((d, n, s) for d, n, s, _ in rows)
+    # ... with the same parameters: what each test generated (names, sizes,
+    # byte patterns, commands), as it recorded them
+    def inputs(run):
+        got = {}
+        for n, s, text in c.execute("SELECT t.name, t.seed, e.text FROM evidence e JOIN tests t ON t.id = e.test "
+                                    "WHERE t.run = ? AND e.what = 'input' ORDER BY e.rowid", (run,)):
+            got.setdefault((n, s), []).append(text)
+        return got
+    first = inputs(1)
+    assert inputs(2) == first
+    bare = {n for _, n, s, _ in rows if (n, s) not in first}
+    assert bare <= {"exec.timeout"}, bare  # its `sleep 30` with a 1 s timeout has nothing to draw
     # another seed: other parameters
     r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "6", "--seed", "43", "--domain", "fs",
              "--db", db)
     assert r.returncode == 0, r.stdout + r.stderr
     seeds = {s for (s,) in c.execute("SELECT seed FROM tests WHERE run = 3")}
     assert seeds and not seeds & {s for _, _, s, _ in rows}
+    other = inputs(3)
+    assert len(other) == 6
+    for (name, _), params in other.items():
+        same = [p for (n, _), p in first.items() if n == name and p == params]
+        assert not same, (name, params)  # no fs test of seed 42 drew these
     c.close()
     html = tmp_path / "report.html"
     r = fuzz("report", db, "-o", str(html), "--run", "1")
