@@ -6,6 +6,8 @@ import os
 import sqlite3
 import subprocess
 
+import pytest
+
 SBX = os.environ.get("SBX_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "sbx"))
 
 
@@ -99,3 +101,50 @@ def test_every_domain_passes_against_sbxd(api, sbxd_daemon, tmp_path):
     unsupported = {n for (n,) in c.execute("SELECT name FROM tests WHERE verdict = 'unsupported'")}
     assert unsupported <= {"data.chart"}, unsupported
     c.close()
+
+
+
+CACHE = os.environ.get("SBX_TEMPLATE_CACHE", "/var/cache/sbx-tests")
+TARBALL = os.path.join(CACHE, "debian-bookworm-python.tar.zst")
+REPO = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+@pytest.fixture
+def python_template(sbxd_daemon):
+    """The python template, built in the shared sbxd from the cached root
+    file system as test_python_template.py builds it (nothing is
+    downloaded), and removed after the test (with its layers: that test
+    wants to see a build that is not from the cache)."""
+    if not os.path.exists(TARBALL):
+        pytest.skip(f"{TARBALL} missing: scripts/test.sh makes it (templates/python/rootfs.sh)")
+    name = f"fuzz-python-{os.getpid()}"
+    client = sbxd_daemon.client()
+    env = {**os.environ, "SBX_URL": sbxd_daemon.url, "SBX_API_KEY": client.key, "SBX_TEMPLATE_CACHE": CACHE,
+           "SBX": SBX}
+    r = subprocess.run([os.path.join(REPO, "templates", "python", "build.sh"), name], env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    yield name
+    assert client.delete(f"/v1/templates/{name}").status_code in (204, 404)
+
+
+def test_data_domain_on_the_python_template(api, sbxd_daemon, python_template, tmp_path):
+    """data.chart needs matplotlib, which base lacks (there it is unsupported):
+    on the python template the chart is drawn and checked, and so is the CSV
+    pipeline.  That template has no curl: the network tests that need it are
+    unsupported, not failed."""
+    db = str(tmp_path / "python.db")
+    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "8", "--seed", "3", "--jobs", "3",
+             "--domain", "data,network", "--template", python_template, "--db", db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = sqlite3.connect(db)
+    rows = c.execute("SELECT name, verdict, why FROM tests ORDER BY id").fetchall()
+    opts = c.execute("SELECT options FROM runs").fetchone()[0]
+    c.close()
+    data = [x for x in rows if x[0].startswith("data.")]
+    assert len(data) == 4 and all(v == "pass" for _, v, _ in data), data
+    assert {n for n, _, _ in data} == {"data.chart", "data.csv_pipeline"}
+    net = [x for x in rows if x[0].startswith("network.")]
+    assert all(v == "pass" or (v == "unsupported" and "curl is not in this template" in w) for _, v, w in net), net
+    assert any(v == "unsupported" for _, v, _ in net), net
+    assert f'"template":"{python_template}"' in opts, opts
