@@ -187,7 +187,7 @@ int fz_run_main(int argc, char **argv)
     };
     const char *url = getenv("SBX_URL"), *key = getenv("SBX_API_KEY"), *iface = "rest", *domains = NULL;
     const char *db = "fuzz-results.db", *template_ = NULL;
-    long count = 1000, jobs = 0, resume = 0, test_timeout = 0;
+    long count = 1000, jobs = 0, resume = 0, test_timeout = -1; /* -1: not given */
     uint64_t seed = (uint64_t) time(NULL);
     int o;
     optind = 1;
@@ -235,12 +235,12 @@ int fz_run_main(int argc, char **argv)
         template_ = json_string_value(json_object_get(kept, "template"));
         if (!jobs)
             jobs = (long) json_integer_value(json_object_get(kept, "jobs"));
-        if (!test_timeout)
+        if (test_timeout < 0 && json_is_integer(json_object_get(kept, "test_timeout")))
             test_timeout = (long) json_integer_value(json_object_get(kept, "test_timeout"));
     }
     if (!jobs)
         jobs = 4;
-    if (!test_timeout)
+    if (test_timeout < 0)
         test_timeout = 120; /* generous: the heaviest test (100 MiB over MCP) takes ~15 s on 2 busy cores */
     if (optind < argc || count < 1 || count > 1000000 || jobs < 1 || jobs > 64 || test_timeout < 1 ||
         test_timeout > 86400) {

@@ -77,6 +77,8 @@ def test_usage_errors(tmp_path):
     r = fuzz("run", "--target", "http://127.0.0.1:9", "--key", "k" * 20, "--interface", "grpc", env=env)
     assert r.returncode == 2 and "rest or mcp" in r.stderr
     assert fuzz("run", "--target", "x", "--key", "y", "--count", "0", env=env).returncode == 2
+    r = fuzz("run", "--target", "x", "--key", "y", "--test-timeout", "0", env=env)
+    assert r.returncode == 2 and "--test-timeout 1..86400" in r.stderr, r.stderr
     assert fuzz("run", "--target", "x", "--key", "y", "--domain", "nope", env=env).returncode == 2
     assert fuzz("bogus", env=env).returncode == 2
     assert fuzz("report", str(tmp_path / "missing.db"), "-o", str(tmp_path / "r.html"), env=env).returncode == 125
