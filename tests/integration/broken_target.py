@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 FAULTS = ("nul_download", "drop_upload", "truncate_upload", "change_upload", "strip_limits", "hang_download")
 LIMIT_FIELDS = ("memory_mb", "disk_mb", "pids", "cpus")
 HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer", "upgrade",
-       "content-length", "host"}
+       "content-length", "host", "expect"}  # hop by hop, or set anew per request
 HOME = "/home/user"
 
 
