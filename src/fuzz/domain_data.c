@@ -1,6 +1,6 @@
 /* domain_data.c - data work: a generated CSV uploaded, transformed to JSON
- * with Python inside, downloaded and checked against what the harness
- * computed; a chart drawn when the template has matplotlib. */
+ * and the JSON to a report with Python inside, both checked against what
+ * the harness computed; a chart drawn when the template has matplotlib. */
 #define _GNU_SOURCE
 #include "fuzz.h"
 #include "../lib/cleanup.h"
@@ -20,58 +20,121 @@ static const char TRANSFORM[] =
     "        cnt[k] = cnt.get(k, 0) + 1\n"
     "json.dump({k: {'sum': tot[k], 'count': cnt[k]} for k in sorted(tot)}, open(sys.argv[2], 'w'), sort_keys=True)\n";
 
+/* The report step: the JSON summary made into a markdown table. */
+static const char REPORT[] =
+    "import json, sys\n"
+    "d = json.load(open(sys.argv[1]))\n"
+    "out = ['# Summary of in.csv', '', '| category | rows | sum | mean |', '|---|---:|---:|---:|']\n"
+    "n = s = 0\n"
+    "for k in sorted(d):\n"
+    "    c, t = d[k]['count'], d[k]['sum']\n"
+    "    n += c\n"
+    "    s += t\n"
+    "    out.append('| %s | %d | %d | %.2f |' % (k, c, t, t / c))\n"
+    "out.append('| total | %d | %d | %.2f |' % (n, s, s / n))\n"
+    "open(sys.argv[2], 'w').write('\\n'.join(out) + '\\n')\n";
+
+/* A file the sandbox made must hold what the harness computed (else the
+ * sandbox's work is wrong), and its download those bytes (else the way
+ * out changed them).  what: for messages. */
+static int check_made(fz_ctx *c, const char *path, const char *want, size_t wl, const char *what)
+{
+    fz_upload expect = { path, want, wl };
+    if (fz_check_inside(c, &expect, 1, FZ_SANDBOX) < 0) {
+        _cleanup_free_ char *got = NULL;
+        size_t gl;
+        if (fz_get(c, path, &got, &gl) == 0)
+            fz_evidence(c, "made", "%s (%zu bytes): %.400s; the harness expected %.400s", what, gl, got, want);
+        return -1;
+    }
+    _cleanup_free_ char *got = NULL;
+    size_t gl;
+    if (fz_get(c, path, &got, &gl) < 0)
+        return -1;
+    if (gl != wl || memcmp(got, want, wl) != 0)
+        return fz_fail(c, FZ_INTERFACE, "%s: the sandbox holds the right %zu bytes, the download gave %zu other ones",
+                       what, wl, gl);
+    return 0;
+}
+
+/* A generated CSV (mostly small; one test in eight up to 50 MB) summarised
+ * to JSON by Python inside, then the JSON made into a report (markdown):
+ * both checked byte for byte against what the harness computed, inside
+ * and downloaded. */
 static int csv_pipeline(fz_ctx *c)
 {
-    /* mostly small; one in eight up to two million rows (about 45 MB) */
-    size_t rows = 10 + (size_t) fz_below(&c->rng, fz_below(&c->rng, 8) ? 50000 : 2000000);
+    bool big = fz_below(&c->rng, 8) == 0;
+    size_t max_rows = big ? 2300000 : 10 + (size_t) fz_below(&c->rng, 50000);
+    size_t max_bytes = big ? 1000000 + (size_t) fz_below(&c->rng, 49000000) : SIZE_MAX; /* 50 MB at most */
     int ncat = 1 + (int) fz_below(&c->rng, 12);
     long long sum[12] = { 0 };
     long cnt[12] = { 0 };
     char *csv = NULL;
-    size_t len = 0;
+    size_t len = 0, rows = 0;
     FILE *f = open_memstream(&csv, &len);
-    fprintf(f, "id,category,value\r\n");
-    for (size_t i = 0; i < rows; i++) {
+    if (!f)
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    size_t bytes = (size_t) fprintf(f, "id,category,value\r\n");
+    for (; rows < max_rows; rows++) {
         int k = (int) fz_below(&c->rng, (uint64_t) ncat);
         long v = (long) fz_below(&c->rng, 2000000) - 1000000;
+        char row[64];
+        int n = snprintf(row, sizeof row, "%zu,cat-%02d,%ld\r\n", rows, k, v);
+        if (bytes + (size_t) n > max_bytes)
+            break;
+        fputs(row, f);
+        bytes += (size_t) n;
         sum[k] += v;
         cnt[k]++;
-        fprintf(f, "%zu,cat-%02d,%ld\r\n", i, k, v);
     }
     fclose(f);
     fz_evidence(c, "input", "%zu rows, %d categories, %zu bytes", rows, ncat, len);
-    int r = fz_put(c, "/home/user/data/in.csv", csv, len);
+    /* what json.dump(..., sort_keys=True) writes, and the report */
+    char *js = NULL, *md = NULL;
+    size_t jl = 0, ml = 0;
+    FILE *j = open_memstream(&js, &jl), *m = open_memstream(&md, &ml);
+    if (!j || !m) {
+        if (j)
+            fclose(j);
+        if (m)
+            fclose(m);
+        free(csv);
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    }
+    fputc('{', j);
+    fputs("# Summary of in.csv\n\n| category | rows | sum | mean |\n|---|---:|---:|---:|\n", m);
+    long long total = 0;
+    long n = 0;
+    for (int k = 0, first = 1; k < ncat; k++) {
+        if (!cnt[k])
+            continue;
+        fprintf(j, "%s\"cat-%02d\": {\"count\": %ld, \"sum\": %lld}", first ? "" : ", ", k, cnt[k], sum[k]);
+        fprintf(m, "| cat-%02d | %ld | %lld | %.2f |\n", k, cnt[k], sum[k], (double) sum[k] / (double) cnt[k]);
+        first = 0;
+        total += sum[k];
+        n += cnt[k];
+    }
+    fputc('}', j);
+    fprintf(m, "| total | %ld | %lld | %.2f |\n", n, total, (double) total / (double) n);
+    fclose(j);
+    fclose(m);
+    _cleanup_free_ char *want_json = js, *want_md = md;
+    fz_upload files[] = { { "/home/user/data/in.csv", csv, len },
+                          { "/home/user/data/transform.py", TRANSFORM, sizeof TRANSFORM - 1 },
+                          { "/home/user/data/report.py", REPORT, sizeof REPORT - 1 } };
+    int r = fz_put_checked_many(c, files, 3);
     free(csv);
-    if (r == 0)
-        r = fz_put(c, "/home/user/data/transform.py", TRANSFORM, sizeof TRANSFORM - 1);
     int code = 0;
     _cleanup_free_ char *err = NULL;
     size_t el;
     if (r == 0)
-        r = fz_exec(c, "cd /home/user/data && python3 transform.py in.csv out.json", &code, NULL, NULL, &err, &el);
+        r = fz_exec(c, "cd /home/user/data && python3 transform.py in.csv out.json && python3 report.py out.json report.md",
+                    &code, NULL, NULL, &err, &el);
     if (r == 0 && code != 0)
-        return fz_fail(c, FZ_SANDBOX, "the transform failed (exit %d): %.300s", code, err);
-    _cleanup_free_ char *out = NULL;
-    size_t ol;
-    if (r < 0 || fz_get(c, "/home/user/data/out.json", &out, &ol) < 0)
+        return fz_fail(c, FZ_SANDBOX, "the transform or the report failed (exit %d): %.300s", code, err);
+    if (r < 0 || check_made(c, "/home/user/data/out.json", want_json, jl, "out.json") < 0)
         return -1;
-    json_t *j = json_loadb(out, ol, 0, NULL);
-    if (!j)
-        return fz_fail(c, FZ_INTERFACE, "out.json came back as no JSON (%zu bytes)", ol);
-    for (int k = 0; k < ncat && r == 0; k++) {
-        if (!cnt[k])
-            continue;
-        char name[16];
-        snprintf(name, sizeof name, "cat-%02d", k);
-        json_t *e = json_object_get(j, name);
-        if (json_integer_value(json_object_get(e, "sum")) != sum[k] ||
-            json_integer_value(json_object_get(e, "count")) != cnt[k])
-            r = fz_fail(c, FZ_SANDBOX, "%s: the sandbox computed sum %lld count %lld, the harness %lld and %ld", name,
-                        (long long) json_integer_value(json_object_get(e, "sum")),
-                        (long long) json_integer_value(json_object_get(e, "count")), sum[k], cnt[k]);
-    }
-    json_decref(j);
-    return r;
+    return check_made(c, "/home/user/data/report.md", want_md, ml, "report.md");
 }
 
 static int chart(fz_ctx *c)

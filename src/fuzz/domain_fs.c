@@ -26,64 +26,21 @@ static void odd_name(fz_ctx *c, char *out, size_t len)
     snprintf(out, len, "%s-%llu", kinds[k], (unsigned long long) fz_below(&c->rng, 100000));
 }
 
-/* Single-quote s for sh. */
-static char *shq(const char *s)
-{
-    size_t n = strlen(s);
-    char *q = malloc(4 * n + 3), *p = q;
-    *p++ = '\'';
-    for (; *s; s++) {
-        if (*s == '\'') {
-            memcpy(p, "'\\''", 4);
-            p += 4;
-        } else {
-            *p++ = *s;
-        }
-    }
-    *p++ = '\'';
-    *p = '\0';
-    return q;
-}
-
-/* The SHA-256 of path as the sandbox computes it; -1 if it cannot. */
-static int inside_sha(fz_ctx *c, const char *path, char hex[65])
-{
-    _cleanup_free_ char *q = shq(path);
-    _cleanup_free_ char *cmd = NULL;
-    if (asprintf(&cmd, "sha256sum -- %s", q) < 0)
-        return fz_fail(c, FZ_HARNESS, "out of memory");
-    int code;
-    _cleanup_free_ char *out = NULL, *err = NULL;
-    size_t ol, el;
-    if (fz_exec(c, cmd, &code, &out, &ol, &err, &el) < 0)
-        return -1;
-    if (code != 0)
-        return fz_fail(c, FZ_SANDBOX, "%s is not in the sandbox after an upload that succeeded: %s", path, err);
-    if (ol < 64)
-        return fz_fail(c, FZ_INTERFACE, "sha256sum printed %zu bytes", ol);
-    memcpy(hex, out, 64);
-    hex[64] = '\0';
-    return 0;
-}
-
-/* Upload, check inside, download: the three hashes must agree. */
+/* Upload (checked inside: see fz_put_checked), download: the bytes that
+ * come back must be those too. */
 static int round_trip(fz_ctx *c, const char *path, const uint8_t *data, size_t len)
 {
-    char want[65], in[65], back[65];
+    char want[65], back[65];
     fz_sha256(data, len, want);
-    if (fz_put(c, path, data, len) < 0)
-        return -1;
-    if (inside_sha(c, path, in) < 0)
+    fz_evidence(c, "input", "%s: %zu bytes, sha256 %s", path, len, want);
+    if (fz_put_checked(c, path, data, len) < 0)
         return -1;
     _cleanup_free_ char *got = NULL;
     size_t got_len;
     if (fz_get(c, path, &got, &got_len) < 0)
         return -1;
     fz_sha256(got, got_len, back);
-    if (strcmp(in, want) != 0)
-        return fz_fail(c, FZ_INTERFACE, "%s: uploaded %zu bytes sha256 %s, the sandbox has sha256 %s", path, len, want,
-                       in);
-    if (strcmp(back, want) != 0)
+    if (got_len != len || strcmp(back, want) != 0)
         return fz_fail(c, FZ_INTERFACE, "%s: the sandbox has the right bytes, the download gave %zu bytes sha256 %s",
                        path, got_len, back);
     return 0;
@@ -129,13 +86,16 @@ static int deep_tree(fz_ctx *c)
 static int many_small(fz_ctx *c)
 {
     int n = 20 + (int) fz_below(&c->rng, 40);
+    char paths[64][40], data[64][40];
+    fz_upload files[64];
     for (int i = 0; i < n; i++) {
-        char path[128], data[64];
-        snprintf(path, sizeof path, "/home/user/many/f%03d.txt", i);
-        int len = snprintf(data, sizeof data, "file %d of %d\n", i, n);
-        if (fz_put(c, path, data, (size_t) len) < 0)
-            return -1;
+        snprintf(paths[i], sizeof paths[i], "/home/user/many/f%03d.txt", i);
+        int len = snprintf(data[i], sizeof data[i], "file %d of %d\n", i, n);
+        files[i] = (fz_upload) { paths[i], data[i], (size_t) len };
     }
+    fz_evidence(c, "input", "%d files", n);
+    if (fz_put_checked_many(c, files, (size_t) n) < 0)
+        return -1;
     int code;
     _cleanup_free_ char *out = NULL;
     size_t ol;
@@ -154,7 +114,10 @@ static int append_truncate(fz_ctx *c)
     size_t cut = (size_t) fz_below(&c->rng, len + 20); /* past the end: zeros */
     uint8_t *model = calloc(1, len + 20 + 9);
     fz_bytes(&c->rng, model, len);
-    int r = fz_put(c, "/home/user/at.bin", model, len);
+    char sha[65];
+    fz_sha256(model, len, sha);
+    fz_evidence(c, "input", "%zu bytes (sha256 %s), cut at %zu", len, sha, cut);
+    int r = fz_put_checked(c, "/home/user/at.bin", model, len);
     memcpy(model + len, "appended\n", 9); /* what the sandbox appends; then the cut */
     char cmd[256];
     snprintf(cmd, sizeof cmd, "printf 'appended\\n' >> /home/user/at.bin && truncate -s %zu /home/user/at.bin", cut);
@@ -163,14 +126,17 @@ static int append_truncate(fz_ctx *c)
         r = fz_exec(c, cmd, &code, NULL, NULL, NULL, NULL);
     if (r == 0 && code != 0)
         r = fz_fail(c, FZ_SANDBOX, "append/truncate failed inside (exit %d)", code);
+    /* inside, after the sandbox's own append and truncate: the model */
+    fz_upload after = { "/home/user/at.bin", model, cut };
+    if (r == 0)
+        r = fz_check_inside(c, &after, 1, FZ_SANDBOX);
     char *got = NULL;
     size_t gl = 0;
     if (r == 0)
         r = fz_get(c, "/home/user/at.bin", &got, &gl);
-    if (r == 0 && gl != cut)
-        r = fz_fail(c, FZ_SANDBOX, "after truncate -s %zu the file has %zu bytes", cut, gl);
-    else if (r == 0 && memcmp(got, model, cut) != 0)
-        r = fz_fail(c, FZ_INTERFACE, "after append and truncate the bytes differ from the model");
+    if (r == 0 && (gl != cut || memcmp(got, model, cut) != 0))
+        r = fz_fail(c, FZ_INTERFACE, "the sandbox holds the model's %zu bytes, the download gave %zu other ones", cut,
+                    gl);
     free(got);
     free(model);
     return r;
@@ -180,7 +146,11 @@ static int rename_delete(fz_ctx *c)
 {
     uint8_t data[300];
     fz_bytes(&c->rng, data, sizeof data);
-    if (fz_put(c, "/home/user/rd/a.bin", data, sizeof data) < 0 || fz_put(c, "/home/user/rd/b.bin", data, 10) < 0)
+    char sha[65];
+    fz_sha256(data, sizeof data, sha);
+    fz_evidence(c, "input", "300 bytes, sha256 %s", sha);
+    fz_upload files[] = { { "/home/user/rd/a.bin", data, sizeof data }, { "/home/user/rd/b.bin", data, 10 } };
+    if (fz_put_checked_many(c, files, 2) < 0)
         return -1;
     int code;
     _cleanup_free_ char *out = NULL;
@@ -189,6 +159,9 @@ static int rename_delete(fz_ctx *c)
         return -1;
     if (code != 0 || strcmp(out, "c.bin\n") != 0)
         return fz_fail(c, FZ_SANDBOX, "after mv and rm the directory holds: %s", out);
+    fz_upload renamed = { "/home/user/rd/c.bin", data, sizeof data };
+    if (fz_check_inside(c, &renamed, 1, FZ_SANDBOX) < 0)
+        return -1;
     _cleanup_free_ char *got = NULL;
     size_t gl;
     if (fz_get(c, "/home/user/rd/c.bin", &got, &gl) < 0)
@@ -221,7 +194,10 @@ static json_t *entry_named(json_t *entries, const char *path)
 
 /* Directories made and a file moved through the file API (not commands);
  * the API's listing and stat must agree with what was written, and with
- * what `find` inside says. */
+ * what the sandbox holds inside. */
+static int tree_checks(fz_ctx *c, const char *top, const char *dir, size_t nfiles, char paths[][200],
+                       const size_t *sizes, fz_upload *files);
+
 static int api_tree(fz_ctx *c)
 {
     char top[64];
@@ -231,24 +207,44 @@ static int api_tree(fz_ctx *c)
     snprintf(dir, sizeof dir, "%s/a/b", top);
     if (fz_mkdir(c, dir) < 0)
         return -1;
-    size_t sizes[8];
+    size_t sizes[8] = { 0 };
     char paths[8][200];
+    uint8_t *bytes[8] = { 0 };
+    fz_upload files[8];
+    int r = 0;
     for (size_t i = 0; i < nfiles; i++) {
         char name[64];
         snprintf(name, sizeof name, "f%zu-%llu.bin", i, (unsigned long long) fz_below(&c->rng, 1000));
         snprintf(paths[i], sizeof paths[i], "%s/%s/%s", top, i % 2 ? "a/b" : "a", name);
         sizes[i] = (size_t) fz_below(&c->rng, 5000);
-        _cleanup_free_ uint8_t *d = malloc(sizes[i] + 1);
-        fz_bytes(&c->rng, d, sizes[i]);
-        if (fz_put(c, paths[i], d, sizes[i]) < 0)
-            return -1;
+        bytes[i] = malloc(sizes[i] + 1);
+        fz_bytes(&c->rng, bytes[i], sizes[i]);
+        files[i] = (fz_upload) { paths[i], bytes[i], sizes[i] };
     }
+    fz_evidence(c, "input", "%s: %zu files, the first %s (%zu bytes)", top, nfiles, paths[0], sizes[0]);
+    r = fz_put_checked_many(c, files, nfiles);
+    if (r == 0)
+        r = tree_checks(c, top, dir, nfiles, paths, sizes, files);
+    for (size_t i = 0; i < nfiles; i++)
+        free(bytes[i]);
+    return r;
+}
+
+/* api_tree after its uploads: a move, the listing, stat, and inside */
+static int tree_checks(fz_ctx *c, const char *top, const char *dir, size_t nfiles, char paths[][200],
+                       const size_t *sizes, fz_upload *files)
+{
     /* the first file moves to the top */
     char moved[240];
     snprintf(moved, sizeof moved, "%s/moved-%s", top, strrchr(paths[0], '/') + 1);
     if (fz_move(c, paths[0], moved) < 0)
         return -1;
     snprintf(paths[0], sizeof paths[0], "%s", moved);
+    /* inside, the same files with the same bytes, the moved one at its new
+     * path (the move is the API's, done inside: what the sandbox holds
+     * after it is the sandbox's) */
+    if (fz_check_inside(c, files, nfiles, FZ_SANDBOX) < 0)
+        return -1;
     _cleanup_json_ json_t *entries = NULL;
     if (fz_list(c, top, 3, &entries) < 0)
         return -1;
@@ -277,21 +273,6 @@ static int api_tree(fz_ctx *c)
     if (!json_is_string(json_object_get(st, "type")) || strcmp(json_string_value(json_object_get(st, "type")), "dir"))
         return fz_fail(c, FZ_INTERFACE, "stat of the directory %s: %s", dir,
                        json_string_value(json_object_get(st, "type")) ?: "no type");
-    /* inside: the same files and sizes */
-    _cleanup_free_ char *cmd = NULL;
-    if (asprintf(&cmd, "find %s -type f -printf '%%s %%p\\n' | sort -k2", top) < 0)
-        return fz_fail(c, FZ_HARNESS, "out of memory");
-    int code;
-    _cleanup_free_ char *out = NULL;
-    size_t ol;
-    if (fz_exec(c, cmd, &code, &out, &ol, NULL, NULL) < 0)
-        return -1;
-    for (size_t i = 0; i < nfiles; i++) {
-        char line[260];
-        snprintf(line, sizeof line, "%zu %s\n", sizes[i], paths[i]);
-        if (!strstr(out, line))
-            return fz_fail(c, FZ_SANDBOX, "inside, %s is not a file of %zu bytes: %.300s", paths[i], sizes[i], out);
-    }
     return 0;
 }
 

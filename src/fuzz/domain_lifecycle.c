@@ -29,7 +29,8 @@ static int isolation(fz_ctx *c)
         return -1;
     char secret[64];
     snprintf(secret, sizeof secret, "secret-%llu", (unsigned long long) fz_next(&c->rng));
-    int r = fz_put(c, "/tmp/secret.txt", secret, strlen(secret));
+    /* checked: a secret that never arrived would make the test pass for nothing */
+    int r = fz_put_checked(c, "/tmp/secret.txt", secret, strlen(secret));
     char mine[33];
     snprintf(mine, sizeof mine, "%s", c->sandbox);
     snprintf(c->sandbox, sizeof c->sandbox, "%s", other);
@@ -50,7 +51,7 @@ static int isolation(fz_ctx *c)
 static int list_extend_end(fz_ctx *c)
 {
     long t = 60 + (long) fz_below(&c->rng, 3000);
-    if (fz_set_timeout(c, t) < 0)
+    if (fz_set_timeout(c, t, NULL) < 0)
         return -1;
     char other[33];
     if (other_sandbox(c, other) < 0)
@@ -129,6 +130,8 @@ static int many_expire(fz_ctx *c)
     if (expired != n)
         return fz_fail(c, FZ_SANDBOX, "%zu of %zu sandboxes with a %ld s timeout expired within 10 s", expired, n,
                        timeout);
+    for (size_t i = 0; i < n; i++) /* ended by themselves: nothing to delete after the test */
+        fz_disown(c, ids[i]);
     char code[64];
     int r = fz_try_exec_in(c, ids[fz_below(&c->rng, n)], code);
     if (r == 0)
@@ -198,7 +201,7 @@ static int snapshot_fork(fz_ctx *c)
 {
     char secret[48];
     snprintf(secret, sizeof secret, "state-%llu", (unsigned long long) fz_next(&c->rng));
-    if (fz_put(c, "/home/user/state.txt", secret, strlen(secret)) < 0)
+    if (fz_put_checked(c, "/home/user/state.txt", secret, strlen(secret)) < 0)
         return -1;
     int n = 1 + (int) fz_below(&c->rng, 3);
     _cleanup_json_ json_t *fork = NULL;
@@ -225,7 +228,7 @@ static int snapshot_fork(fz_ctx *c)
             (gl != strlen(secret) || memcmp(got, secret, gl) != 0))
             r = fz_fail(c, FZ_SANDBOX, "fork %zu has other files than its source (%.*s)", i, (int) gl, got);
         if (r == 0 && i == 0) /* the first copy changes the file */
-            r = fz_put(c, "/home/user/state.txt", "changed", 7);
+            r = fz_put_checked(c, "/home/user/state.txt", "changed", 7);
     }
     snprintf(c->sandbox, sizeof c->sandbox, "%s", mine);
     _cleanup_free_ char *got = NULL;
@@ -255,7 +258,60 @@ static int snapshot_fork(fz_ctx *c)
     return r;
 }
 
+static double expires(json_t *sb)
+{
+    return fz_time_ms(json_string_value(json_object_get(sb, "expires_at")));
+}
+
+/* A timeout extended takes effect: expires_at moves by the extension, and
+ * the sandbox is still alive (running, answering) past the deadline it had
+ * before.  Short: the old deadline is 1-2 s away; the new one 4-5 s more
+ * (never waited for: lifecycle.many_expire sees sandboxes expire). */
+static int extend_timeout(fz_ctx *c)
+{
+    long first = 1 + (long) fz_below(&c->rng, 2), later = first + 4 + (long) fz_below(&c->rng, 2);
+    fz_evidence(c, "input", "timeout %ld s, then %ld s", first, later);
+    _cleanup_json_ json_t *a = NULL, *b = NULL, *info = NULL;
+    double t0 = fz_now_ms();
+    if (fz_set_timeout(c, first, &a) < 0)
+        return -1;
+    double e1 = expires(a);
+    if (fz_set_timeout(c, later, &b) < 0)
+        return -1;
+    double e2 = expires(b);
+    if (e1 < 0 || e2 < 0)
+        return fz_fail(c, FZ_INTERFACE, "the answers have no expires_at (%s, %s)",
+                       json_string_value(json_object_get(a, "expires_at")) ?: "none",
+                       json_string_value(json_object_get(b, "expires_at")) ?: "none");
+    /* set moments apart: the deadline moved by about the difference */
+    double moved = e2 - e1, want = 1000.0 * (double) (later - first);
+    if (moved < want - 500 || moved > want + 2000)
+        return fz_fail(c, FZ_INTERFACE, "a timeout of %ld s, then %ld s: expires_at moved by %.0f ms, not about %.0f",
+                       first, later, moved, want);
+    /* past the old deadline (and the service's tick): still there */
+    double wait = t0 + 1000.0 * (double) first + 800 - fz_now_ms();
+    if (wait > 0)
+        usleep((useconds_t) (wait * 1000));
+    if (fz_info(c, c->sandbox, &info) < 0)
+        return -1;
+    const char *st = json_string_value(json_object_get(info, "state"));
+    if (!st || strcmp(st, "running") != 0)
+        return fz_fail(c, FZ_SANDBOX, "%.0f ms past its old deadline, with the timeout extended by %ld s, the sandbox "
+                                      "is %s",
+                       fz_now_ms() - t0 - 1000.0 * (double) first, later - first, st ? st : "in no state");
+    int code;
+    _cleanup_free_ char *out = NULL;
+    size_t ol;
+    if (fz_exec(c, "echo alive", &code, &out, &ol, NULL, NULL) < 0)
+        return -1;
+    if (code != 0 || strcmp(out, "alive\n") != 0)
+        return fz_fail(c, FZ_SANDBOX, "past its old deadline the sandbox does not answer (exit %d): %.100s", code, out);
+    /* and back to a long one: the clean-up must find it alive */
+    return fz_set_timeout(c, 300, NULL);
+}
+
 static const fz_test_def tests[] = {
+    { "lifecycle.extend_timeout", extend_timeout },
     { "lifecycle.pause_resume", pause_resume }, { "lifecycle.snapshot_fork", snapshot_fork },
     { "lifecycle.many_expire", many_expire },
     { "lifecycle.isolation", isolation },

@@ -88,6 +88,15 @@ static int set_policy(fz_ctx *c, const char *mode, const char *allow, const char
     return fz_set_network(c, p);
 }
 
+/* A command whose tool is not in the template (126, 127) tried nothing:
+ * `unsupported`, never a pass nor the sandbox's failure. */
+static int missing_tool(fz_ctx *c, int code, const char *tool)
+{
+    if (code == 126 || code == 127)
+        return fz_fail(c, FZ_UNSUPPORTED, "%s is not in this template (exit %d)", tool, code);
+    return 0;
+}
+
 /* Fetch a blob through the proxy (curl, told the proxy explicitly: NO_PROXY
  * names loopback, which the blob's URL is); prints the HTTP status, then the
  * body's SHA-256, or the body itself when it is not 200 (the proxy's words). */
@@ -95,12 +104,15 @@ static int fetch(fz_ctx *c, uint64_t seed, size_t size, int *code, char **out, c
 {
     char cmd[600];
     snprintf(cmd, sizeof cmd,
+             "command -v curl >/dev/null || exit 127; "
              "s=$(curl -sS --max-time 20 --noproxy '' -x http://127.0.0.1:3128 -o /tmp/blob -w '%%{http_code}' "
              "http://127.0.0.1:%u/blob/%llu/%zu) || exit $?; echo \"$s\"; "
              "if [ \"$s\" = 200 ]; then sha256sum < /tmp/blob; else cat /tmp/blob; fi",
              server_port, (unsigned long long) seed, size);
     size_t ol, el;
-    return fz_exec(c, cmd, code, out, &ol, err, &el);
+    if (fz_exec(c, cmd, code, out, &ol, err, &el) < 0)
+        return -1;
+    return missing_tool(c, *code, "curl");
 }
 
 static int fetch_must_work(fz_ctx *c)
@@ -136,10 +148,11 @@ static int none(fz_ctx *c)
     int code;
     _cleanup_free_ char *out = NULL, *err = NULL;
     size_t ol, el;
-    const char *cmd = fz_below(&c->rng, 2) ? "curl -sS --max-time 5 --noproxy '*' http://192.0.2.1/"
-                                           : "python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), 5)'";
+    bool curl = fz_below(&c->rng, 2);
+    const char *cmd = curl ? "curl -sS --max-time 5 --noproxy '*' http://192.0.2.1/"
+                           : "python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), 5)'";
     fz_evidence(c, "attempt", "%s", cmd);
-    if (fz_exec(c, cmd, &code, &out, &ol, &err, &el) < 0)
+    if (fz_exec(c, cmd, &code, &out, &ol, &err, &el) < 0 || missing_tool(c, code, curl ? "curl" : "python3") < 0)
         return -1;
     if (code == 0)
         return fz_fail(c, FZ_SANDBOX, "with network none, a connection to 192.0.2.1 succeeded");
@@ -166,7 +179,8 @@ static int allowlist_fetch(fz_ctx *c)
     int code;
     _cleanup_free_ char *out = NULL, *err = NULL;
     size_t ol, el;
-    if (fz_exec(c, "curl -sS --max-time 5 --noproxy '*' http://192.0.2.1/", &code, &out, &ol, &err, &el) < 0)
+    if (fz_exec(c, "curl -sS --max-time 5 --noproxy '*' http://192.0.2.1/", &code, &out, &ol, &err, &el) < 0 ||
+        missing_tool(c, code, "curl") < 0)
         return -1;
     return code != 0 ? 0 : fz_fail(c, FZ_SANDBOX, "with an allowlist, a direct connection got out");
 }

@@ -31,8 +31,10 @@ static int c_make(fz_ctx *c)
     int n = snprintf(src, sizeof src, "int scale(int x) { return x * %u; }\n", k);
     static const char main_c[] = "#include <stdio.h>\nint scale(int);\nint main(void) { printf(\"%d\\n\", scale(7)); "
                                  "return 0; }\n";
-    if (fz_put(c, "proj/util.c", src, (size_t) n) < 0 || fz_put(c, "proj/main.c", main_c, sizeof main_c - 1) < 0 ||
-        fz_put(c, "proj/Makefile", mk, sizeof mk - 1) < 0)
+    fz_upload files[] = { { "proj/util.c", src, (size_t) n },
+                          { "proj/main.c", main_c, sizeof main_c - 1 },
+                          { "proj/Makefile", mk, sizeof mk - 1 } };
+    if (fz_put_checked_many(c, files, 3) < 0)
         return -1;
     _cleanup_free_ char *out = NULL;
     if (step(c, "cd proj && make -s && ./app && sha256sum app", &out) < 0)
@@ -62,8 +64,10 @@ static int py_package(fz_ctx *c)
                      "import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n"
                      "    def test_add(self):\n        self.assertEqual(add(%u, %u), %u)\n",
                      a, b, a + b);
-    if (fz_put(c, "pkg/calc/__init__.py", mod, sizeof mod - 1) < 0 || fz_put(c, "pkg/tests/__init__.py", "", 0) < 0 ||
-        fz_put(c, "pkg/tests/test_calc.py", test, (size_t) n) < 0)
+    fz_upload files[] = { { "pkg/calc/__init__.py", mod, sizeof mod - 1 },
+                          { "pkg/tests/__init__.py", "", 0 },
+                          { "pkg/tests/test_calc.py", test, (size_t) n } };
+    if (fz_put_checked_many(c, files, 3) < 0)
         return -1;
     _cleanup_free_ char *out = NULL;
     return step(c, "cd pkg && python3 -m unittest -q", &out);

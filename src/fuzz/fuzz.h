@@ -66,17 +66,32 @@ const char *fz_target_url(const fz_target *t);
  * the sandbox may reach. */
 bool fz_target_local(const fz_target *t);
 
+/* The sandboxes a test may hold at once (its own, others, forks). */
+#define FZ_MAX_OWNED 32
+
 /* What a test works with. */
 typedef struct fz_ctx {
     fz_target *t;          /* the worker's own connection */
     const char *template_; /* every sandbox's template (--template), NULL: the service's default */
+    const char *name;      /* the workflow's name */
+    uint64_t seed;         /* the test's seed (its rng starts from it) */
     fz_rng rng;
     fz_results *res;
     int64_t test_row;      /* its row in the results */
-    char sandbox[33];      /* the sandbox it made, "" for none (deleted after the test) */
+    char sandbox[33];      /* the sandbox it works in, "" for none */
+    /* Every sandbox it made and has not deleted: the runner deletes them
+     * after the test, whatever happened to it. */
+    char owned[FZ_MAX_OWNED][33];
+    size_t n_owned;
+    /* CLOCK_MONOTONIC ms by which the test must have ended (0: none): no
+     * request is given longer, and none starts after it (`timeout`). */
+    double deadline;
+    long test_timeout_s;   /* what the deadline was set from, for messages */
     fz_verdict verdict;    /* the first failure decides */
     char why[512];
 } fz_ctx;
+
+double fz_now_ms(void); /* CLOCK_MONOTONIC */
 
 /* Record a failure of kind v with evidence (printf); the first one counts.
  * Returns -1 so that checks can `return fz_fail(...)`. */
@@ -98,9 +113,66 @@ int fz_exec(fz_ctx *c, const char *cmd, int *exit_code, char **out, size_t *out_
 int fz_exec_json(fz_ctx *c, json_t *body, json_t **result);
 int fz_put(fz_ctx *c, const char *path, const void *data, size_t len);
 int fz_get(fz_ctx *c, const char *path, char **data, size_t *len);
-/* End sandbox id (c->sandbox is left alone). */
+
+/* Moving data in, checked: each file uploaded, then what the sandbox holds
+ * at each path measured inside (its size by `stat`, its SHA-256 by
+ * `sha256sum`, one command for all) against what the harness sent.  This
+ * is what tells the layers apart for uploads (docs/fuzz.md):
+ *   - no such file, although the API acknowledged the upload: `sandbox`
+ *     (the state inside is wrong; from outside, a file lost between the
+ *     API's answer and the disk cannot be told from one never stored);
+ *   - a file with other bytes (changed, shorter, longer): `interface`
+ *     (the bytes changed on the way in);
+ *   - an upload answered with another size than was sent: `interface`.
+ * Paths are as fz_put takes them (relative ones from the home). */
+typedef struct fz_upload {
+    const char *path;
+    const void *data;
+    size_t len;
+} fz_upload;
+int fz_put_checked_many(fz_ctx *c, const fz_upload *files, size_t n);
+int fz_put_checked(fz_ctx *c, const char *path, const void *data, size_t len);
+/* Only the check, for files already uploaded (or made inside to be checked
+ * against the harness's bytes: then a difference is the sandbox's). */
+int fz_check_inside(fz_ctx *c, const fz_upload *files, size_t n, fz_verdict on_difference);
+
+/* A command's output as a stream (REST's ndjson: every byte, however much,
+ * while the client reads; MCP has no stream).  `switches` counts how often
+ * consecutive chunks changed from one stream to the other. */
+typedef struct fz_stream {
+    char *out, *err;        /* stdout and stderr, decoded (NUL-terminated) */
+    size_t out_len, err_len;
+    size_t chunks, switches;
+    long long dropped;      /* bytes a re-attach said were no longer buffered */
+    long pid;               /* from `start` */
+    json_t *end;            /* the `end` event, NULL if none came */
+    char error[256];        /* an `error` event's message */
+    size_t detach_after;    /* fz_attach: leave (close the stream) after this many output chunks; 0: never */
+    bool detached;          /* it did */
+} fz_stream;
+void fz_stream_free(fz_stream *s);
+/* body as POST .../commands, answered as a stream.  Over MCP: recorded
+ * `unsupported`, -1. */
+int fz_exec_stream(fz_ctx *c, json_t *body, fz_stream *s);
+/* Re-attach to command pid's output (GET .../commands/{pid}/stream), until
+ * its end, or until detach_after chunks (set it in *s before); over MCP,
+ * which has no tool for it, `unsupported` with the reason, -1. */
+int fz_attach(fz_ctx *c, long pid, fz_stream *s);
+
+/* s single-quoted for sh (to free). */
+char *fz_shq(const char *s);
+
+/* End sandbox id (c->sandbox is left alone); it is no longer owned. */
 int fz_delete(fz_ctx *c, const char *id);
-int fz_set_timeout(fz_ctx *c, long timeout_s);
+/* The runner's clean-up: every owned sandbox deleted, one that has
+ * already ended (409) left be; a failure is evidence, not a verdict. */
+void fz_delete_owned(fz_ctx *c);
+/* Sandbox id ended by itself (expired): nothing to delete. */
+void fz_disown(fz_ctx *c, const char *id);
+/* *sandbox (may be NULL): its record after (the new expires_at) */
+int fz_set_timeout(fz_ctx *c, long timeout_s, json_t **sandbox);
+/* An API time ("2026-12-04T03:22:54.113Z") in ms since the epoch; -1 if it is not one. */
+double fz_time_ms(const char *rfc3339);
 /* policy as PATCH .../network: {"mode": "none"|"allowlist"|"open", "allow": [...], "deny": [...]} */
 int fz_set_network(fz_ctx *c, json_t *policy);
 /* Sandbox id's record (also of an ended one) into *sandbox (to json_decref). */
@@ -161,6 +233,10 @@ fz_mcp *fz_mcp_open(const char *url, const char *key, sbx_error *err);
 /* tools/call: *result is the CallToolResult (content, structuredContent,
  * isError; to json_decref).  < 0: no result (transport, protocol). */
 int fz_mcp_call(fz_mcp *m, const char *tool, json_t *args, json_t **result, sbx_error *err);
+/* A bound on each call from now on (ms; 0: 15 minutes), and whether the
+ * last call was cut by it. */
+void fz_mcp_set_timeout(fz_mcp *m, long ms);
+bool fz_mcp_timed_out(const fz_mcp *m);
 /* Ends the session (DELETE) and frees. */
 void fz_mcp_close(fz_mcp *m);
 

@@ -9,7 +9,7 @@
  * one place that lists them all (each verb's --help gives its own line). */
 static const char usage[] =
     "usage: sbx fuzz run [--target URL] [--key KEY] [--interface rest|mcp] [--count N] [--seed N]\n"
-    "                    [--jobs N] [--domain D,...] [--template NAME] [--db FILE]\n"
+    "                    [--jobs N] [--domain D,...] [--template NAME] [--test-timeout S] [--db FILE]\n"
     "       sbx fuzz run --resume RUN [--key KEY] [--jobs N] [--db FILE]\n"
     "       sbx fuzz report DB [-o FILE] [--run N]\n"
     "       sbx fuzz diff [--db FILE] [--json] RUN_A RUN_B\n"
@@ -27,6 +27,7 @@ static const char usage[] =
     "  --domain D,...        only these domains (default all): fs, encoding, exec, lang, lifecycle,\n"
     "                        limits, security, data, sdlc, network\n"
     "  --template NAME       every sandbox from this template (default: the service's)\n"
+    "  --test-timeout S      each test's deadline, every request in it included (default 120)\n"
     "  --db FILE             the results file (default fuzz-results.db)\n"
     "  --resume RUN          run what run RUN of --db did not finish, with its options\n"
     "  exit 0: no test failed, 1: some did, 2: usage, 130: interrupted (--resume continues)\n"

@@ -27,7 +27,13 @@ struct fz_mcp {
     char *auth;        /* "Authorization: Bearer KEY" */
     char session[256]; /* MCP-Session-Id, "" before initialize */
     long next_id;
+    long timeout_ms;   /* fz_mcp_set_timeout(); 0: the default below */
+    bool timed_out;    /* the last call was cut by it */
 };
+
+/* Without a bound of the caller's: a command's own timeout is the usual
+ * bound, this only keeps a hung server from holding a worker for ever. */
+#define DEFAULT_TIMEOUT_MS (900L * 1000)
 
 typedef struct answer {
     char *body;
@@ -112,9 +118,15 @@ static long post(fz_mcp *m, json_t *msg, answer *a, sbx_error *err)
     curl_easy_setopt(c, CURLOPT_HEADERDATA, a);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 900L); /* a command's own timeout is the usual bound */
+    long bound = m->timeout_ms ? m->timeout_ms : DEFAULT_TIMEOUT_MS;
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, bound);
+    m->timed_out = false;
     CURLcode rc = curl_easy_perform(c);
     curl_slist_free_all(h);
+    if (rc == CURLE_OPERATION_TIMEDOUT) {
+        m->timed_out = true;
+        return sbx_error_set(err, 0, "MCP %s: no answer within %ld ms (timed out)", m->endpoint, bound);
+    }
     if (rc != CURLE_OK)
         return sbx_error_set(err, 0, "MCP %s: %s", m->endpoint, curl_easy_strerror(rc));
     long status = 0;
@@ -259,6 +271,16 @@ fz_mcp *fz_mcp_open(const char *url, const char *key, sbx_error *err)
         return NULL;
     }
     return m;
+}
+
+void fz_mcp_set_timeout(fz_mcp *m, long ms)
+{
+    m->timeout_ms = ms > 0 ? ms : 0;
+}
+
+bool fz_mcp_timed_out(const fz_mcp *m)
+{
+    return m->timed_out;
 }
 
 int fz_mcp_call(fz_mcp *m, const char *tool, json_t *args, json_t **result, sbx_error *err)

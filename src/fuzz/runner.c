@@ -33,6 +33,7 @@ typedef struct job {
 typedef struct pool {
     const char *url, *key, *template_;
     fz_iface iface;
+    long test_timeout_s; /* each test's deadline (--test-timeout) */
     fz_results *res;
     int64_t run;
     job *jobs;
@@ -89,21 +90,32 @@ static void failure_line(pool *p, const job *j, const fz_ctx *c)
             (unsigned long long) j->seed, fz_verdict_name(c->verdict), c->why);
 }
 
+/* What the clean-up after a test may take (deletes of its sandboxes),
+ * past its deadline: a hung service then costs a worker this much more. */
+#define CLEANUP_MS 30000.0
+
 /* t NULL: the worker could not connect (why says why): the test fails
- * as the interface's, it is not skipped. */
+ * as the interface's, it is not skipped.
+ *
+ * The test's deadline bounds every request it makes (target.c gives none
+ * longer than what is left), so a service that hangs ends the test with
+ * `timeout` and the worker goes on to the next; the test's sandboxes are
+ * then deleted within CLEANUP_MS more. */
 static void run_one(pool *p, fz_target *t, const char *why, const job *j)
 {
-    fz_ctx c = { .t = t, .rng = { j->seed }, .res = p->res, .template_ = p->template_ };
+    fz_ctx c = { .t = t, .rng = { j->seed }, .res = p->res, .template_ = p->template_, .name = j->def->name,
+                 .seed = j->seed, .test_timeout_s = p->test_timeout_s };
     c.test_row = fz_results_test(p->res, p->run, j->domain->name, j->def->name, j->seed);
     double t0 = now_ms();
-    _cleanup_json_ json_t *body = json_pack("{s:i, s:{s:s, s:s}}", "timeout_s", 600, "metadata", "sbx.fuzz", "1",
-                                            "test", j->def->name);
+    c.deadline = t0 + 1000.0 * (double) p->test_timeout_s;
+    _cleanup_json_ json_t *body = json_pack("{s:i}", "timeout_s", 600);
     if (!t)
         fz_fail(&c, FZ_INTERFACE, "connect: %s", why);
     else if (fz_create(&c, body) == 0)
         j->def->run(&c);
-    if (c.sandbox[0])
-        fz_delete(&c, c.sandbox);
+    c.deadline = now_ms() + CLEANUP_MS;
+    if (t)
+        fz_delete_owned(&c);
     fz_results_end(p->res, c.test_row, c.verdict, c.why, now_ms() - t0);
     pthread_mutex_lock(&p->lock);
     p->counts[c.verdict]++;
@@ -139,7 +151,7 @@ static uint64_t mix(uint64_t a, uint64_t b)
 
 static const char run_usage[] =
     "usage: sbx fuzz run [--target URL] [--key KEY] [--interface rest|mcp] [--count N] [--seed N] [--jobs N]\n"
-    "                    [--domain fs,encoding,exec] [--template NAME] [--db FILE]\n"
+    "                    [--domain D,...] [--template NAME] [--test-timeout S] [--db FILE]\n"
     "       sbx fuzz run --resume RUN [--key KEY] [--jobs N] [--db FILE]\n";
 
 /* Resuming: a job whose seed already has a verdict is done. */
@@ -179,12 +191,13 @@ int fz_run_main(int argc, char **argv)
         { "seed", required_argument, NULL, 's' },   { "jobs", required_argument, NULL, 'j' },
         { "domain", required_argument, NULL, 'd' }, { "db", required_argument, NULL, 'o' },
         { "resume", required_argument, NULL, 'r' }, { "template", required_argument, NULL, 'T' },
+        { "test-timeout", required_argument, NULL, 'D' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     const char *url = getenv("SBX_URL"), *key = getenv("SBX_API_KEY"), *iface = "rest", *domains = NULL;
     const char *db = "fuzz-results.db", *template_ = NULL;
-    long count = 1000, jobs = 0, resume = 0;
+    long count = 1000, jobs = 0, resume = 0, test_timeout = -1; /* -1: not given */
     uint64_t seed = (uint64_t) time(NULL);
     int o;
     optind = 1;
@@ -201,6 +214,7 @@ int fz_run_main(int argc, char **argv)
         case 'o': db = optarg; break;
         case 'r': resume = strtol(optarg, &end, 10); break;
         case 'T': template_ = optarg; break;
+        case 'D': test_timeout = strtol(optarg, &end, 10); break;
         case 'h': fputs(run_usage, stdout); return 0;
         default: fputs(run_usage, stderr); return 2;
         }
@@ -231,11 +245,17 @@ int fz_run_main(int argc, char **argv)
         template_ = json_string_value(json_object_get(kept, "template"));
         if (!jobs)
             jobs = (long) json_integer_value(json_object_get(kept, "jobs"));
+        if (test_timeout < 0 && json_is_integer(json_object_get(kept, "test_timeout")))
+            test_timeout = (long) json_integer_value(json_object_get(kept, "test_timeout"));
     }
     if (!jobs)
         jobs = 4;
-    if (optind < argc || count < 1 || count > 1000000 || jobs < 1 || jobs > 64) {
-        fprintf(stderr, "sbx fuzz: --count 1..1000000, --jobs 1..64, no other arguments\n%s", run_usage);
+    if (test_timeout < 0)
+        test_timeout = 120; /* generous: the heaviest test (100 MiB over MCP) takes ~15 s on 2 busy cores */
+    if (optind < argc || count < 1 || count > 1000000 || jobs < 1 || jobs > 64 || test_timeout < 1 ||
+        test_timeout > 86400) {
+        fprintf(stderr, "sbx fuzz: --count 1..1000000, --jobs 1..64, --test-timeout 1..86400, no other arguments\n%s",
+                run_usage);
         return 2;
     }
     if (!url || !key) {
@@ -267,7 +287,7 @@ int fz_run_main(int argc, char **argv)
     /* the tests: count spread over the domains, each domain's workflows in
      * turn, every test with a seed of its own */
     pool p = { .url = url, .key = key, .template_ = template_, .iface = strcmp(iface, "mcp") == 0 ? FZ_MCP : FZ_REST, .tty = isatty(2),
-               .res = res };
+               .res = res, .test_timeout_s = test_timeout };
     if (!p.res && fz_results_open(&p.res, db, &err) < 0) {
         fprintf(stderr, "sbx fuzz: %s\n", err.msg);
         return 125;
@@ -282,9 +302,9 @@ int fz_run_main(int argc, char **argv)
         p.run = resume;
     } else {
         _cleanup_json_ json_t *options =
-            json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?, s:s*}", "target", url, "interface", iface, "count",
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?, s:s*, s:I}", "target", url, "interface", iface, "count",
                       (json_int_t) count, "seed", (json_int_t) seed, "jobs", (json_int_t) jobs, "domains", domains,
-                      "template", template_);
+                      "template", template_, "test_timeout", (json_int_t) test_timeout);
         p.run = fz_results_run(p.res, options);
     }
     /* the tests: count spread over the domains, each domain's workflows in

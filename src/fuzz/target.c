@@ -148,6 +148,13 @@ void fz_sha256(const void *data, size_t len, char hex[65])
 }
 
 
+double fz_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
 static double ms_since(const struct timespec *t0)
 {
     struct timespec t1;
@@ -155,16 +162,44 @@ static double ms_since(const struct timespec *t0)
     return (double) (t1.tv_sec - t0->tv_sec) * 1e3 + (double) (t1.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-/* An API failure: a timeout is its own kind, the rest is the interface's. */
-static int api_failed(fz_ctx *c, const char *op, const char *msg)
-{
-    bool timeout = strstr(msg, "timed out") || strstr(msg, "Timeout");
-    return fz_fail(c, timeout ? FZ_TIMEOUT : FZ_INTERFACE, "%s: %s", op, msg);
-}
-
 static bool is_mcp(const fz_ctx *c)
 {
     return c->t->iface == FZ_MCP;
+}
+
+/* Before each request: it may take what is left of the test's deadline,
+ * no more (the service could hang: the test then ends as `timeout` and the
+ * run goes on).  -1, recorded as `timeout`, when nothing is left. */
+static int arm(fz_ctx *c, const char *op)
+{
+    long ms = 0;
+    if (c->deadline > 0) {
+        double left = c->deadline - fz_now_ms();
+        if (left < 1)
+            return fz_fail(c, FZ_TIMEOUT, "%s: the test's deadline (%ld s) had passed", op, c->test_timeout_s);
+        ms = (long) left;
+    }
+    if (c->t->http)
+        sbx_http_set_timeout(c->t->http, ms);
+    if (c->t->mcp)
+        fz_mcp_set_timeout(c->t->mcp, ms);
+    return 0;
+}
+
+/* Whether the last request was cut by that bound. */
+static bool was_cut(const fz_ctx *c)
+{
+    return c->t->http ? sbx_http_timed_out(c->t->http) : fz_mcp_timed_out(c->t->mcp);
+}
+
+/* An API failure: a timeout is its own kind, the rest is the interface's. */
+static int api_failed(fz_ctx *c, const char *op, const char *msg)
+{
+    if (was_cut(c))
+        return fz_fail(c, FZ_TIMEOUT, "%s: no answer within the test's deadline (%ld s): %s", op, c->test_timeout_s,
+                       msg);
+    bool timeout = strstr(msg, "timed out") || strstr(msg, "Timeout");
+    return fz_fail(c, timeout ? FZ_TIMEOUT : FZ_INTERFACE, "%s: %s", op, msg);
 }
 
 /* ---- REST */
@@ -174,6 +209,8 @@ static bool is_mcp(const fz_ctx *c)
 static int rest(fz_ctx *c, const char *op, const char *method, const char *path, json_t *body, sbx_http_resp *resp,
                 char code[64], char *msg, size_t msg_size)
 {
+    if (arm(c, op) < 0)
+        return -1;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     sbx_error err = { 0 };
@@ -182,7 +219,7 @@ static int rest(fz_ctx *c, const char *op, const char *method, const char *path,
     if (r == 0)
         return 0;
     snprintf(msg, msg_size, "%s", err.msg);
-    if (sbx_http_status(c->t->http) == 0) {
+    if (sbx_http_status(c->t->http) == 0 || was_cut(c)) {
         api_failed(c, op, err.msg);
         return -1;
     }
@@ -236,6 +273,8 @@ static int tool(fz_ctx *c, const char *op, const char *name, json_t *args, json_
                 size_t msg_size)
 {
     *out = NULL;
+    if (arm(c, op) < 0)
+        return -1;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     sbx_error err = { 0 };
@@ -288,12 +327,46 @@ static char *base64(const void *data, size_t len)
 
 /* ---- the operations */
 
+/* id becomes the test's sandbox, and one it owns. */
+static void own(fz_ctx *c, const char *id)
+{
+    snprintf(c->sandbox, sizeof c->sandbox, "%s", id);
+    if (c->n_owned < FZ_MAX_OWNED)
+        snprintf(c->owned[c->n_owned++], sizeof c->owned[0], "%s", id);
+    else
+        fz_evidence(c, "harness", "more than %d sandboxes at once: %s is not deleted after the test", FZ_MAX_OWNED, id);
+}
+
+void fz_disown(fz_ctx *c, const char *id)
+{
+    for (size_t i = 0; i < c->n_owned; i++)
+        if (strcmp(c->owned[i], id) == 0) {
+            memmove(c->owned[i], c->owned[i + 1], (c->n_owned - i - 1) * sizeof c->owned[0]);
+            c->n_owned--;
+            return;
+        }
+}
+
 int fz_create(fz_ctx *c, json_t *body)
 {
     json_t *sb = NULL;
     _cleanup_json_ json_t *owned = NULL;
     if (c->template_ && !json_object_get(body, "template"))
         json_object_set_new(body, "template", json_string(c->template_));
+    /* every sandbox a test makes says whose it is: `sbx ls`, the API's
+     * metadata filter (and the test suite's broken target) find a test's
+     * sandboxes by it */
+    json_t *meta = json_object_get(body, "metadata");
+    if (!json_is_object(meta)) {
+        meta = json_object();
+        json_object_set_new(body, "metadata", meta);
+    }
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long) c->seed);
+    json_object_set_new(meta, "sbx.fuzz", json_string("1"));
+    json_object_set_new(meta, "sbx.fuzz.seed", json_string(seed));
+    if (c->name)
+        json_object_set_new(meta, "test", json_string(c->name));
     if (is_mcp(c)) {
         _cleanup_json_ json_t *args = json_deep_copy(body);
         json_t *network = json_incref(json_object_get(args, "network"));
@@ -301,7 +374,7 @@ int fz_create(fz_ctx *c, json_t *body)
         sb = owned = must(c, "create", "sandbox_create", args);
         const char *id = json_string_value(json_object_get(sb, "id"));
         if (id && strlen(id) == 32)
-            snprintf(c->sandbox, sizeof c->sandbox, "%s", id);
+            own(c, id);
         int r = sb && network && c->sandbox[0] ? fz_set_network(c, network) : 0;
         json_decref(network);
         if (!sb || r < 0)
@@ -315,7 +388,7 @@ int fz_create(fz_ctx *c, json_t *body)
         sb = owned = json_incref(resp.json);
         const char *id = json_string_value(json_object_get(sb, "id"));
         if (id && strlen(id) == 32)
-            snprintf(c->sandbox, sizeof c->sandbox, "%s", id);
+            own(c, id);
     }
     return c->sandbox[0] ? 0 : fz_fail(c, FZ_INTERFACE, "create: the answer has no sandbox id");
 }
@@ -455,6 +528,10 @@ int fz_put(fz_ctx *c, const char *path, const void *data, size_t len)
             fclose(in);
         return fz_fail(c, FZ_HARNESS, "upload of %s: out of memory", path);
     }
+    if (arm(c, "upload") < 0) {
+        fclose(in);
+        return -1;
+    }
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     sbx_error err = { 0 };
@@ -558,7 +635,7 @@ int fz_get(fz_ctx *c, const char *path, char **data, size_t *len)
     int r;
     if (is_mcp(c)) {
         r = mcp_get(c, path, out);
-    } else {
+    } else if ((r = arm(c, "download")) == 0) {
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         sbx_error err = { 0 };
@@ -607,15 +684,32 @@ int fz_delete(fz_ctx *c, const char *id)
 {
     _cleanup_free_ char *path = sandbox_path(id, "");
     _cleanup_json_ json_t *args = json_pack("{s:s}", "sandbox_id", id);
-    return call(c, "delete", "DELETE", path, "sandbox_kill", NULL, args, NULL);
+    char copy[33];
+    snprintf(copy, sizeof copy, "%s", id); /* id may be one of c->owned */
+    if (call(c, "delete", "DELETE", path, "sandbox_kill", NULL, args, NULL) < 0)
+        return -1;
+    fz_disown(c, copy);
+    return 0;
 }
 
-int fz_set_timeout(fz_ctx *c, long timeout_s)
+int fz_set_timeout(fz_ctx *c, long timeout_s, json_t **sandbox)
 {
     _cleanup_free_ char *path = sandbox_path(c->sandbox, "/timeout");
     _cleanup_json_ json_t *body = json_pack("{s:I}", "timeout_s", (json_int_t) timeout_s);
     _cleanup_json_ json_t *args = json_pack("{s:s, s:I}", "sandbox_id", c->sandbox, "timeout_s", (json_int_t) timeout_s);
-    return call(c, "timeout", "POST", path, "sandbox_set_timeout", body, args, NULL);
+    return call(c, "timeout", "POST", path, "sandbox_set_timeout", body, args, sandbox);
+}
+
+double fz_time_ms(const char *rfc3339)
+{
+    struct tm tm = { 0 };
+    int ms = 0, n = 0;
+    if (!rfc3339 || sscanf(rfc3339, "%d-%d-%dT%d:%d:%d.%dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                           &tm.tm_min, &tm.tm_sec, &ms, &n) != 7 || rfc3339[n] != '\0')
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (double) timegm(&tm) * 1e3 + ms;
 }
 
 int fz_set_network(fz_ctx *c, json_t *policy)
@@ -737,7 +831,20 @@ int fz_fork(fz_ctx *c, int count, json_t **result)
     _cleanup_free_ char *p = sandbox_path(c->sandbox, "/fork");
     _cleanup_json_ json_t *body = json_pack("{s:i}", "count", count);
     _cleanup_json_ json_t *args = json_pack("{s:s, s:i}", "sandbox_id", c->sandbox, "count", count);
-    return call(c, "fork", "POST", p, "sandbox_fork", body, args, result);
+    if (call(c, "fork", "POST", p, "sandbox_fork", body, args, result) < 0)
+        return -1;
+    char mine[33];
+    snprintf(mine, sizeof mine, "%s", c->sandbox);
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(*result, "sandboxes"), i, e)
+    {
+        const char *id = json_string_value(json_object_get(e, "id"));
+        if (id && strlen(id) == 32)
+            own(c, id);
+    }
+    snprintf(c->sandbox, sizeof c->sandbox, "%s", mine);
+    return 0;
 }
 
 /* A call that should be refused: 1 and the code if it was. */
@@ -778,6 +885,11 @@ int fz_try_read(fz_ctx *c, const char *path, char code[64])
             fclose(out);
         return fz_fail(c, FZ_HARNESS, "out of memory");
     }
+    if (arm(c, "download") < 0) {
+        fclose(out);
+        free(bytes);
+        return -1;
+    }
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     sbx_error err = { 0 };
@@ -787,7 +899,7 @@ int fz_try_read(fz_ctx *c, const char *path, char code[64])
     fz_results_step(c->res, c->test_row, "download", ms_since(&t0), r == 0);
     if (r == 0)
         return 0;
-    if (sbx_http_status(c->t->http) == 0)
+    if (sbx_http_status(c->t->http) == 0 || was_cut(c))
         return api_failed(c, "download", err.msg);
     snprintf(code, 64, "%s", sbx_http_error_code(c->t->http));
     fz_evidence(c, "refused", "GET %s: %s", p, err.msg);
@@ -816,4 +928,232 @@ int fz_try_exec_in(fz_ctx *c, const char *id, char code[64])
     _cleanup_json_ json_t *body = json_pack("{s:s}", "cmd", "true");
     _cleanup_json_ json_t *args = json_pack("{s:s, s:s}", "sandbox_id", id, "cmd", "true");
     return refused(c, "exec", "POST", p, "command_run", body, args, code);
+}
+
+void fz_delete_owned(fz_ctx *c)
+{
+    while (c->n_owned) {
+        char id[33], code[64];
+        snprintf(id, sizeof id, "%s", c->owned[c->n_owned - 1]);
+        c->n_owned--;
+        _cleanup_free_ char *p = sandbox_path(id, "");
+        _cleanup_json_ json_t *args = json_pack("{s:s}", "sandbox_id", id);
+        int r = refused(c, "delete", "DELETE", p, "sandbox_kill", NULL, args, code);
+        /* conflict: it has ended already (expired, or a fork's source gone) */
+        if (r == 1 && strcmp(code, "conflict") != 0)
+            fz_fail(c, FZ_INTERFACE, "deleting sandbox %s after the test: refused (%s)", id, code);
+    }
+}
+
+char *fz_shq(const char *s)
+{
+    size_t n = strlen(s);
+    char *q = malloc(4 * n + 3), *p = q;
+    if (!q)
+        return NULL;
+    *p++ = '\'';
+    for (; *s; s++) {
+        if (*s == '\'') {
+            memcpy(p, "'\\''", 4);
+            p += 4;
+        } else {
+            *p++ = *s;
+        }
+    }
+    *p++ = '\'';
+    *p = '\0';
+    return q;
+}
+
+/* ---- checked uploads */
+
+int fz_check_inside(fz_ctx *c, const fz_upload *files, size_t n, fz_verdict on_difference)
+{
+    if (!n)
+        return 0;
+    /* one line per path, in order: "SIZE SHA256", or "missing" */
+    char *cmd = NULL;
+    size_t cmd_len = 0;
+    FILE *f = open_memstream(&cmd, &cmd_len);
+    if (!f)
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    fputs("for f in", f);
+    for (size_t i = 0; i < n; i++) {
+        _cleanup_free_ char *q = fz_shq(files[i].path);
+        fprintf(f, " %s", q ? q : "''");
+    }
+    fputs("; do if [ -f \"$f\" ] && s=$(stat -c %s -- \"$f\") && h=$(sha256sum < \"$f\"); then "
+          "echo \"$s ${h%% *}\"; else echo missing; fi; done",
+          f);
+    fclose(f);
+    int code;
+    _cleanup_free_ char *out = NULL, *err = NULL;
+    size_t ol, el;
+    int r = fz_exec(c, cmd, &code, &out, &ol, &err, &el);
+    free(cmd);
+    if (r < 0)
+        return -1;
+    const char *line = out;
+    for (size_t i = 0; i < n; i++) {
+        const char *nl = line ? strchr(line, '\n') : NULL;
+        if (code != 0 || !nl)
+            return fz_fail(c, FZ_SANDBOX, "measuring %zu uploaded files inside failed (exit %d, %zu lines): %.300s",
+                           n, code, i, err ? err : "");
+        char want[65], got[65] = "";
+        fz_sha256(files[i].data, files[i].len, want);
+        unsigned long long size = 0;
+        if (strncmp(line, "missing\n", 8) == 0)
+            return fz_fail(c, FZ_SANDBOX,
+                           "%s is not in the sandbox although the API acknowledged its upload (%zu bytes, sha256 %s)",
+                           files[i].path, files[i].len, want);
+        if (sscanf(line, "%llu %64[0-9a-f]", &size, got) != 2)
+            return fz_fail(c, FZ_SANDBOX, "measuring %s inside printed %.*s", files[i].path, (int) (nl - line), line);
+        if (size != files[i].len || strcmp(got, want) != 0) {
+            if (on_difference == FZ_INTERFACE)
+                return fz_fail(c, FZ_INTERFACE,
+                               "%s: uploaded %zu bytes sha256 %s, the sandbox holds %llu bytes sha256 %s (the bytes "
+                               "changed on the way in)",
+                               files[i].path, files[i].len, want, size, got);
+            return fz_fail(c, on_difference, "%s: the harness expects %zu bytes sha256 %s, the sandbox holds %llu bytes "
+                                             "sha256 %s",
+                           files[i].path, files[i].len, want, size, got);
+        }
+        line = nl + 1;
+    }
+    return 0;
+}
+
+int fz_put_checked_many(fz_ctx *c, const fz_upload *files, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fz_put(c, files[i].path, files[i].data, files[i].len) < 0)
+            return -1;
+    return fz_check_inside(c, files, n, FZ_INTERFACE);
+}
+
+int fz_put_checked(fz_ctx *c, const char *path, const void *data, size_t len)
+{
+    fz_upload u = { path, data, len };
+    return fz_put_checked_many(c, &u, 1);
+}
+
+/* ---- streams (REST ndjson) */
+
+typedef struct stream_state {
+    fz_ctx *c;
+    fz_stream *s;
+    FILE *out, *err;
+    int last; /* 1 stdout, 2 stderr, 0 none yet */
+} stream_state;
+
+static int on_stream_line(void *ctx, json_t *line, sbx_error *err)
+{
+    stream_state *st = ctx;
+    fz_stream *s = st->s;
+    const char *type = json_string_value(json_object_get(line, "type"));
+    if (!type)
+        return sbx_error_set(err, 0, "a stream line without a type");
+    bool is_out = strcmp(type, "stdout") == 0, is_err = strcmp(type, "stderr") == 0;
+    if (is_out || is_err) {
+        json_t *data = json_object_get(line, "data");
+        if (!json_is_string(data))
+            return sbx_error_set(err, 0, "a %s chunk without data", type);
+        const char *enc = json_string_value(json_object_get(line, "encoding"));
+        FILE *to = is_out ? st->out : st->err;
+        size_t n = json_string_length(data);
+        if (enc && strcmp(enc, "base64") == 0) {
+            _cleanup_free_ unsigned char *bin = malloc(n + 1);
+            size_t got = 0;
+            if (!bin || sodium_base642bin(bin, n + 1, json_string_value(data), n, NULL, &got, NULL,
+                                          sodium_base64_VARIANT_ORIGINAL) != 0)
+                return sbx_error_set(err, 0, "a %s chunk that is not valid base64", type);
+            fwrite(bin, 1, got, to);
+        } else {
+            fwrite(json_string_value(data), 1, n, to);
+        }
+        int which = is_out ? 1 : 2;
+        s->switches += st->last && st->last != which;
+        st->last = which;
+        s->chunks++;
+        if (s->detach_after && s->chunks >= s->detach_after) {
+            s->detached = true; /* not a failure: ends the transfer, as a client going away */
+            return sbx_error_set(err, 0, "detached");
+        }
+    } else if (strcmp(type, "start") == 0) {
+        s->pid = (long) json_integer_value(json_object_get(line, "pid"));
+    } else if (strcmp(type, "dropped") == 0) {
+        s->dropped += (long long) json_integer_value(json_object_get(line, "bytes"));
+    } else if (strcmp(type, "end") == 0) {
+        json_decref(s->end);
+        s->end = json_incref(line);
+    } else if (strcmp(type, "error") == 0) {
+        snprintf(s->error, sizeof s->error, "%s: %s", json_string_value(json_object_get(line, "code")) ?: "?",
+                 json_string_value(json_object_get(line, "message")) ?: "");
+    }
+    return 0;
+}
+
+void fz_stream_free(fz_stream *s)
+{
+    free(s->out);
+    free(s->err);
+    json_decref(s->end);
+    memset(s, 0, sizeof *s);
+}
+
+static int stream(fz_ctx *c, const char *op, const char *method, const char *path, json_t *body, fz_stream *s)
+{
+    size_t detach_after = s->detach_after;
+    memset(s, 0, sizeof *s);
+    s->detach_after = detach_after;
+    stream_state st = { .c = c, .s = s };
+    st.out = open_memstream(&s->out, &s->out_len);
+    st.err = open_memstream(&s->err, &s->err_len);
+    if (!st.out || !st.err || !path) {
+        if (st.out)
+            fclose(st.out);
+        if (st.err)
+            fclose(st.err);
+        return fz_fail(c, FZ_HARNESS, "out of memory");
+    }
+    int r = arm(c, op);
+    if (r == 0) {
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        sbx_error err = { 0 };
+        r = sbx_http_ndjson(c->t->http, method, path, body, on_stream_line, NULL, &st, &err);
+        if (r < 0 && s->detached)
+            r = 0;
+        fz_results_step(c->res, c->test_row, op, ms_since(&t0), r == 0);
+        if (r < 0)
+            api_failed(c, op, err.msg);
+    }
+    fclose(st.out);
+    fclose(st.err);
+    if (r < 0)
+        return -1;
+    if (!s->end && !s->detached)
+        return fz_fail(c, FZ_INTERFACE, "%s: the stream ended without an end event%s%s", op, s->error[0] ? ": " : "",
+                       s->error);
+    return 0;
+}
+
+int fz_exec_stream(fz_ctx *c, json_t *body, fz_stream *s)
+{
+    memset(s, 0, sizeof *s);
+    if (is_mcp(c))
+        return fz_fail(c, FZ_UNSUPPORTED, "MCP's command_run has no output stream");
+    _cleanup_free_ char *path = sandbox_path(c->sandbox, "/commands");
+    return stream(c, "exec", "POST", path, body, s);
+}
+
+int fz_attach(fz_ctx *c, long pid, fz_stream *s)
+{
+    if (is_mcp(c))
+        return fz_fail(c, FZ_UNSUPPORTED,
+                       "no MCP tool re-attaches to a command's output (command_list shows only its state)");
+    char suffix[64];
+    snprintf(suffix, sizeof suffix, "/commands/%ld/stream", pid);
+    _cleanup_free_ char *path = sandbox_path(c->sandbox, suffix);
+    return stream(c, "attach", "GET", path, NULL, s);
 }

@@ -36,6 +36,8 @@ struct sbx_http {
     char *display;   /* the URL as the user gave it, for messages */
     char *auth;      /* "Authorization: Bearer KEY", or NULL */
     long status;
+    long timeout_ms; /* sbx_http_set_timeout(); 0: none */
+    bool timed_out;  /* the last request was cut by it */
     char code[64];
     char errbuf[CURL_ERROR_SIZE];
 };
@@ -162,6 +164,16 @@ long sbx_http_status(const sbx_http *h)
 const char *sbx_http_error_code(const sbx_http *h)
 {
     return h->code;
+}
+
+void sbx_http_set_timeout(sbx_http *h, long ms)
+{
+    h->timeout_ms = ms > 0 ? ms : 0;
+}
+
+bool sbx_http_timed_out(const sbx_http *h)
+{
+    return h->timed_out;
 }
 
 void sbx_http_resp_free(sbx_http_resp *r)
@@ -340,6 +352,7 @@ static int prepare(sbx_http *h, const char *path, struct sink *s, struct curl_sl
         return sbx_error_set(err, ENOMEM, "request URL");
     curl_easy_reset(h->curl);
     h->status = 0;
+    h->timed_out = false;
     h->code[0] = '\0';
     h->errbuf[0] = '\0';
     SETOPT(CURLOPT_URL, url); /* curl copies it */
@@ -352,6 +365,8 @@ static int prepare(sbx_http *h, const char *path, struct sink *s, struct curl_sl
     SETOPT(CURLOPT_ERRORBUFFER, h->errbuf);
     SETOPT(CURLOPT_USERAGENT, "sbx/" SBX_VERSION);
     SETOPT(CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
+    if (h->timeout_ms)
+        SETOPT(CURLOPT_TIMEOUT_MS, h->timeout_ms);
     /* a command may print nothing for minutes: keep NATs from dropping us */
     SETOPT(CURLOPT_TCP_KEEPALIVE, 1L);
     SETOPT(CURLOPT_NOSIGNAL, 1L);
@@ -417,11 +432,24 @@ static int transport_error(sbx_http *h, CURLcode rc, sbx_error *err)
     /* curl words a unix socket failure as "localhost port 80": say what the OS said */
     if (h->unix_path && curl_easy_getinfo(h->curl, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK && os_errno)
         detail = strerror((int) os_errno);
+    /* pretransfer: connected (or a kept connection reused) and the request
+     * about to go, so 0 means the connection was never made */
+    curl_off_t connected = 0;
+    if (rc == CURLE_OPERATION_TIMEDOUT && h->timeout_ms &&
+        curl_easy_getinfo(h->curl, CURLINFO_PRETRANSFER_TIME_T, &connected) == CURLE_OK && connected > 0) {
+        /* connected, then no (whole) answer within the caller's bound: sbxd
+         * is there but hangs, which "cannot connect" would misstate */
+        h->timed_out = true;
+        return sbx_error_set(err, 0, "no answer from sbxd at %s within %ld ms (timed out): %s", h->display,
+                             h->timeout_ms, detail);
+    }
+    if (rc == CURLE_OPERATION_TIMEDOUT && h->timeout_ms)
+        h->timed_out = true;
     switch (rc) {
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_OPERATION_TIMEDOUT: /* the only timeout set is the connect timeout */
+    case CURLE_OPERATION_TIMEDOUT: /* not connected: the connect timeout, or the caller's bound ran out first */
         return sbx_error_set(err, 0,
                              "cannot connect to sbxd at %s: %s. Is sbxd running? Start it with `sbxd`, or point "
                              "--url / SBX_URL at it",

@@ -10,6 +10,7 @@
 #define SBX_CLIENT_HTTP_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -40,6 +41,16 @@ const char *sbx_http_url(const sbx_http *h);
 long sbx_http_status(const sbx_http *h);
 /* The last error answer's code ("not_found", ...), "" if there was none. */
 const char *sbx_http_error_code(const sbx_http *h);
+
+/* A bound on each whole request from now on, in milliseconds (0: none, the
+ * default: a command may rightly run for hours, so the CLI and the MCP
+ * tools set none).  A request that has not finished within it is cut and
+ * fails with "no answer ... within N ms"; sbx_http_timed_out() then says
+ * so.  `sbx fuzz` sets it before each request, so that a service that
+ * hangs costs a test its deadline, not the run its end. */
+void sbx_http_set_timeout(sbx_http *h, long ms);
+/* Whether the last request failed because of that bound. */
+bool sbx_http_timed_out(const sbx_http *h);
 
 /* s percent-encoded for a path segment or query value (every byte but
  * RFC 3986's unreserved ones), in memory to free(). */

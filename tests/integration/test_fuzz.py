@@ -17,6 +17,8 @@ import shutil
 import sqlite3
 import subprocess
 
+import pytest
+
 SBX = os.environ.get("SBX_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "sbx"))
 
 
@@ -141,12 +143,29 @@ def test_seeded_run_passes_and_reports(api, sbxd_daemon, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     again = c.execute("SELECT domain, name, seed FROM tests WHERE run = 2").fetchall()
     assert sorted(again) == sorted((d, n, s) for d, n, s, _ in rows)
+    # ... with the same parameters: what each test generated (names, sizes,
+    # byte patterns, commands), as it recorded them
+    def inputs(run):
+        got = {}
+        for n, s, text in c.execute("SELECT t.name, t.seed, e.text FROM evidence e JOIN tests t ON t.id = e.test "
+                                    "WHERE t.run = ? AND e.what = 'input' ORDER BY e.rowid", (run,)):
+            got.setdefault((n, s), []).append(text)
+        return got
+    first = inputs(1)
+    assert inputs(2) == first
+    bare = {n for _, n, s, _ in rows if (n, s) not in first}
+    assert bare <= {"exec.timeout"}, bare  # its `sleep 30` with a 1 s timeout has nothing to draw
     # another seed: other parameters
     r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "6", "--seed", "43", "--domain", "fs",
              "--db", db)
     assert r.returncode == 0, r.stdout + r.stderr
     seeds = {s for (s,) in c.execute("SELECT seed FROM tests WHERE run = 3")}
     assert seeds and not seeds & {s for _, _, s, _ in rows}
+    other = inputs(3)
+    assert len(other) == 6
+    for (name, _), params in other.items():
+        same = [p for (n, _), p in first.items() if n == name and p == params]
+        assert not same, (name, params)  # no fs test of seed 42 drew these
     c.close()
     html = tmp_path / "report.html"
     r = fuzz("report", db, "-o", str(html), "--run", "1")
@@ -188,6 +207,8 @@ def test_usage_errors(tmp_path):
     r = fuzz("run", "--target", "http://127.0.0.1:9", "--key", "k" * 20, "--interface", "grpc", env=env)
     assert r.returncode == 2 and "rest or mcp" in r.stderr
     assert fuzz("run", "--target", "x", "--key", "y", "--count", "0", env=env).returncode == 2
+    r = fuzz("run", "--target", "x", "--key", "y", "--test-timeout", "0", env=env)
+    assert r.returncode == 2 and "--test-timeout 1..86400" in r.stderr, r.stderr
     assert fuzz("run", "--target", "x", "--key", "y", "--domain", "nope", env=env).returncode == 2
     assert fuzz("bogus", env=env).returncode == 2
     assert fuzz("report", str(tmp_path / "missing.db"), "-o", str(tmp_path / "r.html"), env=env).returncode == 125
@@ -593,3 +614,49 @@ def test_help_lists_every_option_and_domain():
     assert r.returncode == 2 and "sbx fuzz run" in r.stderr and not r.stdout
     r = fuzz("frob", env=env)
     assert r.returncode == 2 and "unknown verb 'frob'" in r.stderr
+
+
+CACHE = os.environ.get("SBX_TEMPLATE_CACHE", "/var/cache/sbx-tests")
+TARBALL = os.path.join(CACHE, "debian-bookworm-python.tar.zst")
+REPO = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+@pytest.fixture
+def python_template(sbxd_daemon):
+    """The python template, built in the shared sbxd from the cached root
+    file system as test_python_template.py builds it (nothing is
+    downloaded), and removed after the test (with its layers: that test
+    wants to see a build that is not from the cache)."""
+    if not os.path.exists(TARBALL):
+        pytest.skip(f"{TARBALL} missing: scripts/test.sh makes it (templates/python/rootfs.sh)")
+    name = f"fuzz-python-{os.getpid()}"
+    client = sbxd_daemon.client()
+    env = {**os.environ, "SBX_URL": sbxd_daemon.url, "SBX_API_KEY": client.key, "SBX_TEMPLATE_CACHE": CACHE,
+           "SBX": SBX}
+    r = subprocess.run([os.path.join(REPO, "templates", "python", "build.sh"), name], env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    yield name
+    assert client.delete(f"/v1/templates/{name}").status_code in (204, 404)
+
+
+def test_data_domain_on_the_python_template(api, sbxd_daemon, python_template, tmp_path):
+    """data.chart needs matplotlib, which base lacks (there it is unsupported):
+    on the python template the chart is drawn and checked, and so is the CSV
+    pipeline.  That template has no curl: the network tests that need it are
+    unsupported, not failed."""
+    db = str(tmp_path / "python.db")
+    r = fuzz("run", "--target", sbxd_daemon.url, "--key", api.key, "--count", "8", "--seed", "3", "--jobs", "3",
+             "--domain", "data,network", "--template", python_template, "--db", db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = sqlite3.connect(db)
+    rows = c.execute("SELECT name, verdict, why FROM tests ORDER BY id").fetchall()
+    opts = c.execute("SELECT options FROM runs").fetchone()[0]
+    c.close()
+    data = [x for x in rows if x[0].startswith("data.")]
+    assert len(data) == 4 and all(v == "pass" for _, v, _ in data), data
+    assert {n for n, _, _ in data} == {"data.chart", "data.csv_pipeline"}
+    net = [x for x in rows if x[0].startswith("network.")]
+    assert all(v == "pass" or (v == "unsupported" and "curl is not in this template" in w) for _, v, w in net), net
+    assert any(v == "unsupported" for _, v, _ in net), net
+    assert f'"template":"{python_template}"' in opts, opts
