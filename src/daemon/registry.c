@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "registry.h"
 #include "egress.h"
+#include "../lib/fsutil.h"
 #include "../lib/mount.h"
 #include "agent.h"
 #include "layers.h"

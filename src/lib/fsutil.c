@@ -137,3 +137,20 @@ int sbx_mkdir_p(const char *path, mode_t mode)
     }
     return 0;
 }
+
+unsigned long long sbx_proc_start_time(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+    ssize_t n = sbx_read_file(path, buf, sizeof buf);
+    if (n <= 0)
+        return 0;
+    const char *rp = strrchr(buf, ')');
+    unsigned long long st;
+    /* field 22 is the 20th after "(comm)" */
+    if (!rp || sscanf(rp + 1,
+                      " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                      &st) != 1)
+        return 0;
+    return st;
+}

@@ -14,6 +14,10 @@ int sbx_write_file_at(int dirfd, const char *name, const char *content);
 ssize_t sbx_read_file(const char *path, char *buf, size_t cap);
 /* Read a whole (small, < 1 MiB) file into a malloc'ed NUL-terminated string. */
 char *sbx_read_file_alloc(const char *path, size_t *len);
+
+/* The start time of a process (/proc/PID/stat field 22; 0 if gone): a pid
+ * alone may be reused, the pair names one process. */
+unsigned long long sbx_proc_start_time(pid_t pid);
 /* Create a file with content, mode, atomically replacing (via rename). */
 int sbx_create_file(const char *path, const char *content, mode_t mode);
 /* mkdir -p with mode; existing directories are fine. 0 or -errno. */

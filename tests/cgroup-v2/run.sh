@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run sbx on a pure cgroup v2 host: a qemu guest (software emulation, no KVM
 # needed) booting Debian's kernel with an initramfs that holds busybox, the
-# static sbx, sbx-init and test helper (and sbxd), and sees the host's /usr read-only
-# over 9p.  The development machines are hybrid (v1 controllers), so this is
+# static sbx, sbx-init, sbx-spawner and test helper (and sbxd), and sees the
+# host's /usr read-only over 9p.  The development machines are hybrid (v1 controllers), so this is
 # where the v2 code paths are exercised.  Takes ~15 s; the kernel package is
 # cached under the build directory.
 #   tests/cgroup-v2/run.sh BUILD_DIR
@@ -39,7 +39,7 @@ for m in drivers/virtio/virtio_ring drivers/virtio/virtio drivers/virtio/virtio_
          net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p fs/overlayfs/overlay; do
   cp "$mods/$m.ko" initrd/mod/
 done
-for b in sbx sbx-init tests/sbx-test-helper; do
+for b in sbx sbx-init sbx-spawner tests/sbx-test-helper; do
   file -L "$build/$b" | grep -q 'statically linked' || { echo "cgroup-v2: $build/$b is not static (sanitizer build?)"; exit 2; }
   cp "$build/$b" initrd/sbx/
 done
