@@ -321,7 +321,7 @@ static int interleaved(fz_ctx *c)
 /* A background command, attached to through its stream: first a client
  * that leaves after a chunk or two, then one that stays to the end; the
  * second gets everything from the first line (sbx-init keeps 1 MiB) and
- * the exit status.  MCP has no tool for it: `unsupported`. */
+ * the exit status (over MCP: command_output, once at once, once waiting). */
 static int reattach(fz_ctx *c)
 {
     unsigned n = 100 + (unsigned) fz_below(&c->rng, 2000), code = (unsigned) fz_below(&c->rng, 100);
@@ -331,10 +331,6 @@ static int reattach(fz_ctx *c)
              "echo bye >&2; exit %u",
              n, code);
     fz_evidence(c, "input", "%u lines, exit %u", n, code);
-    if (fz_target_iface(c->t) == FZ_MCP) {
-        fz_stream st = { 0 };
-        return fz_attach(c, 0, &st);
-    }
     _cleanup_json_ json_t *body = json_pack("{s:s, s:b}", "cmd", cmd, "background", 1);
     _cleanup_json_ json_t *res = NULL;
     if (fz_exec_json(c, body, &res) < 0)

@@ -155,8 +155,9 @@ void fz_stream_free(fz_stream *s);
  * `unsupported`, -1. */
 int fz_exec_stream(fz_ctx *c, json_t *body, fz_stream *s);
 /* Re-attach to command pid's output (GET .../commands/{pid}/stream), until
- * its end, or until detach_after chunks (set it in *s before); over MCP,
- * which has no tool for it, `unsupported` with the reason, -1. */
+ * its end, or until detach_after chunks (set it in *s before); over MCP
+ * command_output (detach_after: once, without waiting; else waiting for the
+ * end), as one chunk. */
 int fz_attach(fz_ctx *c, long pid, fz_stream *s);
 
 /* s single-quoted for sh (to free). */

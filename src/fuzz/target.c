@@ -1147,11 +1147,36 @@ int fz_exec_stream(fz_ctx *c, json_t *body, fz_stream *s)
     return stream(c, "exec", "POST", path, body, s);
 }
 
+/* Over MCP: command_output, once without waiting (a client that looks and
+ * leaves, as detach_after asks) or waiting until the command ends. */
+static int mcp_attach(fz_ctx *c, long pid, fz_stream *s)
+{
+    double wait = s->detach_after ? 0 : 60;
+    if (c->deadline > 0 && (c->deadline - fz_now_ms()) / 1e3 - 1 < wait)
+        wait = (c->deadline - fz_now_ms()) / 1e3 - 1 > 0 ? (c->deadline - fz_now_ms()) / 1e3 - 1 : 0;
+    _cleanup_json_ json_t *args = json_pack("{s:s, s:I, s:f}", "sandbox_id", c->sandbox, "pid", (json_int_t) pid,
+                                            "wait_s", wait);
+    _cleanup_json_ json_t *res = must(c, "attach", "command_output", args);
+    if (!res)
+        return -1;
+    s->pid = (long) json_integer_value(json_object_get(res, "pid"));
+    s->dropped = json_integer_value(json_object_get(res, "dropped_bytes"));
+    s->chunks = 1;
+    s->detached = s->detach_after != 0;
+    if (take_stream(c, res, "stdout", &s->out, &s->out_len) < 0 || take_stream(c, res, "stderr", &s->err, &s->err_len) < 0)
+        return -1;
+    if (json_is_false(json_object_get(res, "running")))
+        s->end = json_pack("{s:s, s:O, s:O, s:O}", "type", "end", "exit_code", json_object_get(res, "exit_code"),
+                           "signal", json_object_get(res, "signal"), "timed_out", json_object_get(res, "timed_out"));
+    else if (!s->detach_after)
+        return fz_fail(c, FZ_SANDBOX, "command %ld still running after %.0f s of waiting", pid, wait);
+    return 0;
+}
+
 int fz_attach(fz_ctx *c, long pid, fz_stream *s)
 {
     if (is_mcp(c))
-        return fz_fail(c, FZ_UNSUPPORTED,
-                       "no MCP tool re-attaches to a command's output (command_list shows only its state)");
+        return mcp_attach(c, pid, s);
     char suffix[64];
     snprintf(suffix, sizeof suffix, "/commands/%ld/stream", pid);
     _cleanup_free_ char *path = sandbox_path(c->sandbox, suffix);

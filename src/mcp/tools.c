@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sodium.h>
 
 /* files_read and each stream of command_run hold at most this in memory
@@ -373,6 +374,10 @@ typedef struct run_state {
     const char *sandbox;
     long pid;
     bool started, ended, cancel_seen;
+    bool attach;        /* command_output: reading, not running: a cancel kills nothing */
+    double deadline_ms; /* command_output: stop waiting then (0: none) */
+    bool waited_out;
+    json_int_t dropped; /* command_output: older bytes sbx no longer held */
     bytes out, err;
     uint64_t total; /* output bytes so far: the progress */
     json_t *end;    /* the "end" line */
@@ -389,8 +394,10 @@ static int run_line(void *ctx, json_t *line, sbx_error *err)
     if (strcmp(type, "start") == 0) {
         s->pid = (long) json_integer_value(json_object_get(line, "pid"));
         s->started = true;
-        if (s->pid > 0 && sbx_mcp_call_running(s->c, s->sandbox, s->pid))
+        if (!s->attach && s->pid > 0 && sbx_mcp_call_running(s->c, s->sandbox, s->pid))
             s->cancel_seen = true; /* cancelled before we knew the pid */
+    } else if (strcmp(type, "dropped") == 0) {
+        s->dropped += json_integer_value(json_object_get(line, "bytes"));
     } else if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
         const char *data = json_string_value(json_object_get(line, "data"));
         const char *enc = json_string_value(json_object_get(line, "encoding"));
@@ -422,12 +429,23 @@ static int run_line(void *ctx, json_t *line, sbx_error *err)
     return 0;
 }
 
+static double mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double) t.tv_sec * 1e3 + (double) t.tv_nsec / 1e6;
+}
+
 static int run_tick(void *ctx, sbx_error *err)
 {
     run_state *s = ctx;
     if (sbx_mcp_call_cancelled(s->c)) {
         s->cancel_seen = true;
         return sbx_error_set(err, ECANCELED, "cancelled");
+    }
+    if (s->deadline_ms > 0 && !s->ended && mono_ms() >= s->deadline_ms) {
+        s->waited_out = true;
+        return sbx_error_set(err, ETIMEDOUT, "waited long enough");
     }
     return 0;
 }
@@ -516,6 +534,64 @@ static json_t *command_list(sbx_mcp_call *c, json_t *args)
     sbx_error err = { 0 };
     char *p = sandbox_path(c, str(args, "sandbox_id"), "/commands", &err);
     return p ? rest_tool(c, "GET", p, NULL) : fail("%s", err.msg);
+}
+
+/* A command's output so far and its state, as `GET .../commands/{pid}/stream`
+ * (re-attach) gives them: what sbx still holds of it (the newest 1 MiB per
+ * command), then what comes while we wait, until it ends or wait_s passes.
+ * For a background command this is how an agent sees what it printed; it
+ * changes nothing (a cancel stops the reading, never the command). */
+static json_t *command_output(sbx_mcp_call *c, json_t *args)
+{
+    sbx_error err = { 0 };
+    const char *id = str(args, "sandbox_id");
+    json_int_t pid = json_integer_value(json_object_get(args, "pid"));
+    json_t *w = json_object_get(args, "wait_s");
+    double wait_s = w ? json_number_value(w) : 0;
+    char suffix[64];
+    snprintf(suffix, sizeof suffix, "/commands/%lld/stream", (long long) pid);
+    _cleanup_free_ char *p = sandbox_path(c, id, suffix, &err);
+    if (!p)
+        return fail("%s", err.msg);
+    /* The wait bounds the request itself (libcurl's progress callback, the
+     * tick, comes only about once a second while nothing arrives); wait 0
+     * still reads what is buffered, which sbx sends at once: half a second
+     * for it to arrive. */
+    long ms = (long) (1e3 * (wait_s > 0.5 ? wait_s : 0.5));
+    run_state s = { .c = c, .sandbox = id, .attach = true, .deadline_ms = mono_ms() + (double) ms };
+    sbx_http *h = sbx_mcp_call_http(c);
+    sbx_http_set_timeout(h, ms);
+    int r = sbx_http_ndjson(h, "GET", p, NULL, run_line, run_tick, &s, &err);
+    if (sbx_http_timed_out(h))
+        s.waited_out = true;
+    sbx_http_set_timeout(h, 0);
+    json_t *res = NULL;
+    if (s.cancel_seen || sbx_mcp_call_cancelled(c)) {
+        res = fail("cancelled");
+    } else if (!s.started) {
+        res = r < 0 && !s.waited_out ? fail_rest(c, &err) : fail("no answer from the sandbox in time");
+    } else if (!s.ended && !s.waited_out) {
+        res = fail("%s", s.error[0] ? s.error : r < 0 ? err.msg : "the command's output stream ended early");
+    } else {
+        json_t *o = json_object();
+        json_object_set_new(o, "pid", json_integer(s.pid));
+        json_object_set_new(o, "running", json_boolean(!s.ended));
+        const char *keys[] = { "exit_code", "signal", "timed_out", "oom_killed", "duration_ms" };
+        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+            json_t *v = s.ended ? json_object_get(s.end, keys[i]) : NULL;
+            json_object_set(o, keys[i], v ? v : json_null());
+        }
+        put_output(o, "stdout", &s.out);
+        json_object_set_new(o, "stdout_truncated", json_boolean(s.out.truncated));
+        put_output(o, "stderr", &s.err);
+        json_object_set_new(o, "stderr_truncated", json_boolean(s.err.truncated));
+        json_object_set_new(o, "dropped_bytes", json_integer(s.dropped));
+        res = ok(o);
+    }
+    json_decref(s.end);
+    free(s.out.data);
+    free(s.err.data);
+    return res;
 }
 
 static json_t *command_kill(sbx_mcp_call *c, json_t *args)
@@ -884,7 +960,8 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
     { "command_run", "Run a command",
       "Run a command in a sandbox and return its exit code, stdout and stderr. Use cmd for a shell command line "
       "(pipes, &&, globs) or argv for a program and its arguments. Output that is not UTF-8 comes back base64 "
-      "(stdout_encoding). With background true it returns the pid at once; stop it with command_kill. A non-zero "
+      "(stdout_encoding). With background true it returns the pid at once; read its output with command_output, "
+      "stop it with command_kill. A non-zero "
       "exit code is a normal result; a command that cannot be found or executed is an error.",
       "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\"], \"properties\": "
       "{" SANDBOX_ID ","
@@ -916,6 +993,26 @@ const sbx_mcp_tool sbx_mcp_tools[] = {
       "\"items\": {\"type\": \"object\", \"properties\": {\"pid\": {\"type\": \"integer\"}, \"running\": "
       "{\"type\": \"boolean\"}}}}}}",
       command_list },
+    { "command_output", "Read a command's output",
+      "The output of a command so far (a background one, typically) and whether it still runs: what the "
+      "sandbox still holds of it (the newest 1 MiB per command; dropped_bytes says how much older output is "
+      "gone), then what it prints while this waits, up to wait_s seconds or until it ends (then exit_code, "
+      "signal, timed_out). Each call returns all the sandbox still holds, from the oldest byte it has, not only "
+      "what is new; reading changes nothing.",
+      "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\", \"pid\"], "
+      "\"properties\": {" SANDBOX_ID ", \"pid\": {\"type\": \"integer\", \"minimum\": 1}, "
+      "\"wait_s\": {\"type\": \"number\", \"minimum\": 0, \"maximum\": 300, \"description\": \"How long to "
+      "wait for it to end (default 0: what is there now).\"}}}",
+      "{\"type\": \"object\", \"required\": [\"pid\", \"running\"], \"properties\": {"
+      "\"pid\": {\"type\": \"integer\"}, \"running\": {\"type\": \"boolean\"},"
+      "\"exit_code\": {\"type\": [\"integer\", \"null\"]}, \"signal\": {\"type\": [\"integer\", \"null\"]},"
+      "\"stdout\": {\"type\": \"string\"}, \"stderr\": {\"type\": \"string\"},"
+      "\"stdout_encoding\": {\"type\": \"string\", \"enum\": [\"utf-8\", \"base64\"]},"
+      "\"stderr_encoding\": {\"type\": \"string\", \"enum\": [\"utf-8\", \"base64\"]},"
+      "\"stdout_truncated\": {\"type\": \"boolean\"}, \"stderr_truncated\": {\"type\": \"boolean\"},"
+      "\"timed_out\": {\"type\": [\"boolean\", \"null\"]}, \"oom_killed\": {\"type\": [\"boolean\", \"null\"]},"
+      "\"duration_ms\": {\"type\": [\"integer\", \"null\"]}, \"dropped_bytes\": {\"type\": \"integer\"}}}",
+      command_output },
     { "command_kill", "Kill a command",
       "Kill a running command and every process it started.",
       "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"sandbox_id\", \"pid\"], "

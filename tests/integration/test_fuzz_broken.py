@@ -48,8 +48,8 @@ CASES = {
 # over MCP: fewer tests (each costs more), the same faults
 MCP_COUNT = {"nul_download": 8, "change_upload": 12, "truncate_upload": 8, "drop_upload": 12, "strip_limits": 6,
              "hang_download": 6}
-# what may be unsupported whatever the fault: base has no matplotlib; MCP no re-attach
-MAY_BE_UNSUPPORTED = {"data.chart", "exec.reattach"}
+# what may be unsupported whatever the fault: base has no matplotlib
+MAY_BE_UNSUPPORTED = {"data.chart"}
 
 
 def unsigned(seed):

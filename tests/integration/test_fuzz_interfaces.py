@@ -34,10 +34,9 @@ def test_every_domain_over_mcp(api, sbxd_daemon, tmp_path):
     assert len(rows) == 100
     bad = [x for x in rows if x[3] not in ("pass", "unsupported")]
     assert not bad, bad
-    # what base lacks (matplotlib), and what MCP has no tool for (re-attaching
-    # to a command's output); nothing else may be unsupported
+    # what base lacks (matplotlib); nothing else may be unsupported
     unsupported = {(n, w) for _, n, _, v, w in rows if v == "unsupported"}
-    assert {n for n, _ in unsupported} <= {"data.chart", "exec.reattach"}, unsupported
+    assert {n for n, _ in unsupported} <= {"data.chart"}, unsupported
     c = sqlite3.connect(db)
     assert json.loads(c.execute("SELECT options FROM runs").fetchone()[0])["interface"] == "mcp"
     ops = {op for (op,) in c.execute("SELECT DISTINCT op FROM steps")}

@@ -52,7 +52,7 @@ VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 ACCEPT = "application/json, text/event-stream"
 TOOL_NAMES = {
     "sandbox_create", "sandbox_list", "sandbox_info", "sandbox_kill", "sandbox_set_timeout",
-    "command_run", "command_list", "command_kill",
+    "command_run", "command_list", "command_output", "command_kill",
     "files_write", "files_read", "files_list", "files_stat", "files_mkdir", "files_move", "files_remove",
     "sandbox_pause", "sandbox_resume", "sandbox_snapshot", "sandbox_fork", "sandbox_network", "template_list",
     "snapshot_list", "snapshot_delete",
@@ -844,7 +844,7 @@ def test_http_tool_argument_errors(mcp, mscope):
 
 
 def test_http_tools_list_pagination(mcp):
-    """tools/list: at most 8 tools a page, nextCursor chains through all 23
+    """tools/list: at most 8 tools a page, nextCursor chains through all 24
     tools (each once, each with inputSchema and outputSchema); a cursor the
     server did not issue is -32602."""
     c = mcp()

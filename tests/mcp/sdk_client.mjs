@@ -11,7 +11,7 @@
 // Runs the whole scenario of docs/mcp.md against one sandbox: initialize,
 // paginated tools/list with every tool's schemas, sandbox_* tools, command_run
 // (shell and argv forms, exit codes, stderr, stdin, env, cwd, binary output,
-// timeouts, background + command_list/command_kill, not-found -> isError),
+// timeouts, background + command_output/command_list/command_kill, not-found -> isError),
 // text and binary (PNG full of NUL bytes, random bytes) file round trips with
 // SHA-256 checks inside and outside the sandbox, image content for images,
 // resources (templates, text and blob reads), files_list/stat/mkdir/move/remove,
@@ -84,6 +84,7 @@ const TOOLS = {
     sandbox_set_timeout: [['sandbox_id', 'timeout_s'], ['sandbox_id', 'timeout_s']],
     command_run: [['sandbox_id', 'cmd', 'argv', 'cwd', 'envs', 'stdin', 'timeout_s', 'background'], ['sandbox_id']],
     command_list: [['sandbox_id'], ['sandbox_id']],
+    command_output: [['sandbox_id', 'pid', 'wait_s'], ['sandbox_id', 'pid']],
     command_kill: [['sandbox_id', 'pid'], ['sandbox_id', 'pid']],
     files_write: [['sandbox_id', 'path', 'content', 'encoding', 'mode'], ['sandbox_id', 'path', 'content']],
     files_read: [['sandbox_id', 'path', 'encoding'], ['sandbox_id', 'path']],
@@ -263,7 +264,7 @@ async function main() {
     client.cacheToolMetadata(tools);
     const names = tools.map((t) => t.name);
     eq([...names].sort(), Object.keys(TOOLS).sort(), 'tool names over all pages');
-    ok(pages >= 2, 'tools/list is paginated (23 tools, 8 per page)', pages);
+    ok(pages >= 2, 'tools/list is paginated (24 tools, 8 per page)', pages);
     for (const t of tools) {
         const [props, required] = TOOLS[t.name];
         ok(typeof t.description === 'string' && t.description.length > 10, `${t.name}: description`);
@@ -337,6 +338,13 @@ async function main() {
     passed('command_run');
 
     step = 'background + command_list/command_kill';
+    // command_output: what a background command printed, while it runs and once it ended
+    const talk = await sc('command_run', { sandbox_id: sid, cmd: 'echo one; echo two >&2; sleep 1; echo three; exit 4', background: true });
+    let co = await sc('command_output', { sandbox_id: sid, pid: talk.pid });
+    ok(co.running === true && co.stdout === 'one\n' && co.stderr === 'two\n' && co.exit_code === null, 'command_output while it runs', co);
+    co = await sc('command_output', { sandbox_id: sid, pid: talk.pid, wait_s: 30 });
+    eq([co.running, co.stdout, co.stderr, co.exit_code, co.dropped_bytes], [false, 'one\nthree\n', 'two\n', 4, 0], 'command_output once it ended');
+    await toolError('command_output', { sandbox_id: sid, pid: 99999 });
     const bg = await sc('command_run', { sandbox_id: sid, cmd: 'sleep 300', background: true });
     ok(Number.isInteger(bg.pid) && bg.pid > 0 && bg.background === true, 'background result', bg);
     let cl = await sc('command_list', { sandbox_id: sid });

@@ -152,15 +152,16 @@ static void test_tools_list_pages(void **state)
         snprintf(req, sizeof req,
                  "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%s\"}}", next);
     }
-    assert_int_equal(json_array_size(names), 23);
-    assert_int_equal(sbx_mcp_ntools, 23);
+    assert_int_equal(json_array_size(names), 24);
+    assert_int_equal(sbx_mcp_ntools, 24);
     static const char *const want[] = { "sandbox_create", "sandbox_list",  "sandbox_info", "sandbox_kill",
-                                        "sandbox_set_timeout", "command_run", "command_list", "command_kill",
+                                        "sandbox_set_timeout", "command_run", "command_list", "command_output",
+                                        "command_kill",
                                         "files_write",    "files_read",    "files_list",   "files_stat",
                                         "files_mkdir",    "files_move",    "files_remove",
                                         "sandbox_pause",  "sandbox_resume", "sandbox_snapshot", "sandbox_fork",
                                         "snapshot_list",  "snapshot_delete", "sandbox_network", "template_list" };
-    for (size_t i = 0; i < 23; i++)
+    for (size_t i = 0; i < 24; i++)
         assert_string_equal(json_string_value(json_array_get(names, i)), want[i]);
     json_decref(names);
     const char *bad[] = { "\"tools:3\"", "\"tools:99\"", "\"x\"", "7" };
