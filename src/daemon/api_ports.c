@@ -47,6 +47,7 @@ typedef struct port_ctx {
     char *out;           /* body bytes for the reader */
     size_t out_len, out_cap;
     bool is_head;
+    char head_length[32]; /* HEAD: the server's Content-Length (digits), passed on */
     bool upgrade;        /* the client asked for a protocol upgrade */
 } port_ctx;
 
@@ -224,6 +225,9 @@ static void flush_header(port_ctx *c)
     c->value[c->value_len] = '\0';
     if (!not_forwarded(c->field) && strcasecmp(c->field, "date") != 0)
         json_array_append_new(c->headers, json_pack("[s, s]", c->field, c->value));
+    else if (c->is_head && strcasecmp(c->field, "content-length") == 0 && c->value_len < sizeof c->head_length &&
+             c->value_len && strspn(c->value, "0123456789") == c->value_len)
+        memcpy(c->head_length, c->value, c->value_len + 1);
     c->field_len = c->value_len = 0;
     c->in_value = false;
 }
@@ -270,6 +274,14 @@ static int on_body(http_parser *p, const char *at, size_t len)
     memcpy(c->out + c->out_len, at, len);
     c->out_len += len;
     return 0;
+}
+
+/* The reader of an answer to HEAD, which libmicrohttpd never calls (it
+ * sends only the head, with the size given). */
+static ssize_t no_body(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void) cls, (void) pos, (void) buf, (void) max;
+    return MHD_CONTENT_READER_END_OF_STREAM;
 }
 
 static int on_message_complete(http_parser *p)
@@ -374,9 +386,19 @@ void sbx_api_port(sbx_req *r)
     }
     flush_header(c);
     bool switching = c->p.status_code == 101 && c->upgrade;
-    struct MHD_Response *resp = switching ? MHD_create_response_for_upgrade(on_upgrade, c)
-                                          : MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, body_reader,
-                                                                              c, port_ctx_free);
+    struct MHD_Response *resp;
+    if (c->is_head) {
+        /* No body, and no chunked framing either: libmicrohttpd 0.9.75 ends
+         * a HEAD answer of unknown size with a last chunk ("0\r\n\r\n"),
+         * which a keep-alive client then reads as the start of its next
+         * answer.  The server's Content-Length is what HEAD is asked for. */
+        uint64_t len = c->head_length[0] ? strtoull(c->head_length, NULL, 10) : 0;
+        resp = MHD_create_response_from_callback(len, 4096, no_body, NULL, NULL);
+    } else {
+        resp = switching ? MHD_create_response_for_upgrade(on_upgrade, c)
+                         : MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, body_reader, c,
+                                                             port_ctx_free);
+    }
     size_t i;
     json_t *h;
     json_array_foreach(c->headers, i, h)
@@ -386,6 +408,10 @@ void sbx_api_port(sbx_req *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, up ? up : "websocket");
     }
     unsigned status = c->p.status_code;
+    if (c->is_head) { /* no reader: the request's context keeps c and frees it */
+        sbx_reply_response(r, status, resp);
+        return;
+    }
     r->ctx = NULL; /* the response (or the upgrade handler) owns it now */
     r->ctx_free = NULL;
     sbx_reply_response(r, status, resp);

@@ -10,6 +10,7 @@ way in is sbx's, not the sandbox's); protocol upgrades joined byte for
 byte, and a real WebSocket (handshake checked, frames echoed)."""
 
 import json
+import time
 
 import requests
 
@@ -245,3 +246,42 @@ def test_a_websocket_through_port_exposure(api, sbxd_daemon, other):
         ws = WebSocket(sbxd_daemon.url, path, {"Authorization": f"Bearer {who}"} if who else {})
         assert ws.status == status, ws.status_line
         ws.sock.close()
+
+
+def test_a_head_answer_has_no_body_and_the_connection_goes_on(api, sbxd_daemon):
+    """HEAD through a port: the head only, with the server's Content-Length,
+    and not one byte after it, so that the next request on the same
+    keep-alive connection gets its own answer (libmicrohttpd 0.9.75 ended a
+    HEAD answer of unknown length with a last chunk, read by the client as
+    the start of the next answer)."""
+    import socket
+    sid = api.create()["id"]
+    start_server(api, sid)
+    base = f"/v1/sandboxes/{sid}/ports/8000"
+    host, port = sbxd_daemon.url.split("//")[1].split(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    auth = f"Host: x\r\nAuthorization: Bearer {api.key}\r\n"
+    s.sendall(f"HEAD {base}/h HTTP/1.1\r\n{auth}\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(65536)
+    time.sleep(0.5)  # anything sent after the head has arrived by now
+    s.setblocking(False)
+    try:
+        extra = s.recv(65536)
+    except BlockingIOError:
+        extra = b""
+    s.setblocking(True)
+    assert extra == b"", (head, extra)
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "HTTP/1.1 200 OK" and "Transfer-Encoding: chunked" not in lines, lines
+    length = [int(l.split(":")[1]) for l in lines if l.lower().startswith("content-length:")]
+    assert len(length) == 1 and length[0] > 0, lines  # the server's own, passed on
+    # the same connection: a GET gets its own answer
+    s.sendall(f"GET {base}/h HTTP/1.1\r\n{auth}Connection: close\r\n\r\n".encode())
+    resp = b""
+    while chunk := s.recv(65536):
+        resp += chunk
+    s.close()
+    assert resp.startswith(b"HTTP/1.1 200 OK"), resp[:200]
+    assert b'"method": "GET"' in resp.split(b"\r\n\r\n", 1)[1], resp[:500]  # (chunked)
