@@ -485,19 +485,26 @@ def _wheel(path):
         z.writestr("sbxdemo-1.0.dist-info/RECORD", record)
 
 
-def test_pip_download_through_the_proxy_and_its_denial(api, tmp_path, tls_dir):
-    """pip against a local package index (PEP 503 simple index, over https
-    like PyPI): through the proxy when allowed; denied, pip's own error
-    says why."""
-    import hashlib as hl
-    root = tmp_path / "index"
+def _package_index(root):
+    """A PEP 503 simple index under root with one wheel, sbxdemo 1.0 (its
+    SHA-256 in the link, as PyPI gives it); returns the wheel's path."""
+    import hashlib
     (root / "simple" / "sbxdemo").mkdir(parents=True)
     (root / "files").mkdir()
     whl = root / "files" / "sbxdemo-1.0-py3-none-any.whl"
     _wheel(whl)
-    sha = hl.sha256(whl.read_bytes()).hexdigest()
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
     (root / "simple" / "sbxdemo" / "index.html").write_text(
         f'<a href="../../files/{whl.name}#sha256={sha}">{whl.name}</a>\n')
+    return whl
+
+
+def test_pip_download_through_the_proxy_and_its_denial(api, tmp_path, tls_dir):
+    """pip against a local package index (PEP 503 simple index, over https
+    like PyPI): through the proxy when allowed; denied, pip's own error
+    says why."""
+    root = tmp_path / "index"
+    whl = _package_index(root)
     srv = _serve(tls_dir=str(tls_dir), root=str(root))
     try:
         port = srv.server_address[1]
@@ -856,7 +863,6 @@ STANDARD = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY
 def test_every_documented_proxy_variable_is_set_and_works(api, tls_dir, tmp_path):
     """The variables docs/api.md lists, each with its value - and pip's and
     npm's own ones are enough for pip and npm with the standard ones gone."""
-    import hashlib as hl
     import json
     sid = api.create(network=ALLOW)["id"]
     env = dict(line.split("=", 1) for line in api.sh(sid, "env").splitlines() if "=" in line)
@@ -865,13 +871,7 @@ def test_every_documented_proxy_variable_is_set_and_works(api, tls_dir, tmp_path
     assert ":env:.proxy='http://127.0.0.1:3128'" in api.sh(sid, "python3 -m pip config list")
     # a package index (https) and an npm registry (http) on this machine
     root = tmp_path / "www"
-    (root / "simple" / "sbxdemo").mkdir(parents=True)
-    (root / "files").mkdir()
-    whl = root / "files" / "sbxdemo-1.0-py3-none-any.whl"
-    _wheel(whl)
-    sha = hl.sha256(whl.read_bytes()).hexdigest()
-    (root / "simple" / "sbxdemo" / "index.html").write_text(
-        f'<a href="../../files/{whl.name}#sha256={sha}">{whl.name}</a>\n')
+    whl = _package_index(root)
     (root / "sbxdemo").write_text(json.dumps({"name": "sbxdemo", "dist-tags": {"latest": "1.0.0"},
                                               "versions": {"1.0.0": {"name": "sbxdemo", "version": "1.0.0"}}}))
     tls, plain = _serve(tls_dir=str(tls_dir), root=str(root)), _serve(root=str(root))
