@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -187,6 +188,35 @@ static _Noreturn void child_main(const struct child_args *a)
     child_fail(ctl, &err);
 }
 
+/* A step of the parent failed while the child was building the sandbox:
+ * if the child failed first (so our send met a closed socket, or the
+ * process we moved was gone), its own report is the one that says why
+ * ("bind into /usr/x: read-only"), not our "broken pipe".  child_fail()
+ * wrote it before exiting, so it is there to read at once if at all. */
+static bool prefer_child_error(int ctl, sbx_error *err)
+{
+    struct pollfd p = { ctl, POLLIN, 0 };
+    if (poll(&p, 1, 100) <= 0)
+        return false;
+    bool took = false;
+    uint32_t type;
+    uint8_t *payload = NULL;
+    size_t len;
+    if (sbx_ctl_recv(ctl, &type, &payload, &len) > 0 && type == SBX_MSG_EXEC_FAILED) {
+        sbx_reader rd = { payload, payload + len, false };
+        uint32_t e = sbx_read_u32(&rd);
+        sbx_read_u32(&rd);
+        const char *msg = sbx_read_str(&rd);
+        if (!rd.bad) {
+            err->errno_ = (int) (e && e < 4096 ? e : EIO);
+            snprintf(err->msg, sizeof err->msg, "%s", msg); /* it names its cause already */
+            took = true;
+        }
+    }
+    free(payload);
+    return took;
+}
+
 int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template *tpl, const sbx_cg_host *host,
                       const char *init_path, bool watch, sbx_error *err)
 {
@@ -233,15 +263,18 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
     sbx_reaper_set_pid(&sb->reaper, pid);
 
     if (sbx_userns_write_maps(pid, spec->uid_base, err) < 0) {
-        sbx_error_wrap(err, "map sandbox uids 0-%u to host uids %u-%u (sbx needs the host's root, not root of a "
-                            "user namespace)",
-                       SBX_UID_COUNT - 1, (unsigned) spec->uid_base, (unsigned) spec->uid_base + SBX_UID_COUNT - 1);
+        if (!prefer_child_error(sb->ctl_fd, err))
+            sbx_error_wrap(err, "map sandbox uids 0-%u to host uids %u-%u (sbx needs the host's root, not root of "
+                                "a user namespace)",
+                           SBX_UID_COUNT - 1, (unsigned) spec->uid_base,
+                           (unsigned) spec->uid_base + SBX_UID_COUNT - 1);
         goto fail;
     }
     /* "go": maps are written */
     int r = sbx_ctl_send(sb->ctl_fd, SBX_MSG_GO, NULL, 0);
     if (r < 0) {
         sbx_error_set(err, -r, "start the sandbox");
+        prefer_child_error(sb->ctl_fd, err);
         goto fail;
     }
     /* While the child builds its root: cgroups, then move it into
@@ -253,8 +286,10 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
         sbx_error_wrap(err, "set up cgroups");
         goto fail;
     }
-    if (sbx_cgroup_enter_work(&sb->cg, pid, err) < 0)
+    if (sbx_cgroup_enter_work(&sb->cg, pid, err) < 0) {
+        prefer_child_error(sb->ctl_fd, err);
         goto fail;
+    }
     int fds[2 * SBX_CG_MAX_HIER], n = 0;
     while (sb->cg.init_procs[n] >= 0) {
         fds[n] = sb->cg.init_procs[n];
@@ -268,6 +303,7 @@ int sbx_sandbox_start(sbx_sandbox *sb, const sbx_spec *spec, const sbx_template 
     r = sbx_ctl_send_fds(sb->ctl_fd, SBX_MSG_CGROUP, &n_init, spec->listen_fd >= 0 ? sizeof n_init : 0, fds, n);
     if (r < 0) {
         sbx_error_set(err, -r, "hand the init cgroup to sbx-init");
+        prefer_child_error(sb->ctl_fd, err);
         goto fail;
     }
     sbx_cgroup_close_fds(&sb->cg);
